@@ -1,0 +1,35 @@
+# The two set-up commands (see README):
+#   make run    - create the virtualenv if needed and run the broker on localhost:9092, data in ./data
+#   make test   - create the virtualenv and test tools if needed and run the whole test suite
+# Extra broker flags: make run ARGS="--override log.segment.bytes=1048576"
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench tools venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chronolog needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/chronolog serve $(ARGS)
+
+# kcat (Debian's, librdkafka 2.0) is one of the clients the integration tests drive.
+tools:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+test: $(STAMP) tools
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/throughput.py $(ARGS)

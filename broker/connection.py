@@ -1,0 +1,198 @@
+"""One client connection: Kafka framing over an asyncio Protocol.
+
+A Kafka frame is ``int32 size`` followed by ``size`` bytes of request. Requests on one
+connection are answered strictly in order, one at a time (Kafka mutes a channel while a
+request is in flight, and clients rely on the order). Handlers are synchronous except
+where they must wait (Fetch long polling); an asynchronous handler pauses the
+connection's request processing until its response is written.
+
+Bad framing (a negative size, a size over ``socket.request.max.bytes``) closes the
+connection with a log line; it never affects other connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from broker.dispatcher import Dispatcher
+
+log = logging.getLogger("chronolog.connection")
+
+_SIZE = struct.Struct(">i")
+_BUFFERED_HIGH_WATER = 64 * 1024 * 1024
+
+
+class KafkaConnection(asyncio.Protocol):
+    __slots__ = (
+        "_dispatcher",
+        "_transport",
+        "_buf",
+        "_busy",
+        "_closed",
+        "_peer",
+        "_max_frame",
+        "_write_paused",
+        "_reading_paused",
+        "_sock_fd",
+        "_drain_waiter",
+    )
+
+    def __init__(self, dispatcher: "Dispatcher") -> None:
+        self._dispatcher = dispatcher
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._busy = False
+        self._closed = False
+        self._peer = "?"
+        self._max_frame = dispatcher.socket_request_max_bytes
+        self._write_paused = False
+        self._reading_paused = False
+        self._sock_fd = -1
+        self._drain_waiter: asyncio.Future | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self._peer = f"{peer[0]}:{peer[1]}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                self._sock_fd = sock.fileno()
+            except Exception:  # pragma: no cover - defensive
+                self._sock_fd = -1
+        self._dispatcher.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._dispatcher.connections.discard(self)
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if not self._busy:
+            self._process()
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if not self._busy and not self._write_paused:
+            self._process()
+        if len(self._buf) > _BUFFERED_HIGH_WATER and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        return False
+
+    # -- framing -----------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed and self._transport is not None:
+            self._closed = True
+            self._transport.close()
+
+    def _process(self) -> None:
+        buf = self._buf
+        while not self._closed and not self._busy and not self._write_paused:
+            if len(buf) < 4:
+                break
+            (size,) = _SIZE.unpack_from(buf, 0)
+            if size < 0 or size > self._max_frame:
+                log.warning(
+                    "closing connection from %s: frame size %d is %s (socket.request.max.bytes=%d)",
+                    self._peer,
+                    size,
+                    "negative" if size < 0 else "too large",
+                    self._max_frame,
+                )
+                self._transport.abort()
+                self._closed = True
+                return
+            if len(buf) < 4 + size:
+                break
+            frame = bytes(buf[4 : 4 + size])
+            del buf[: 4 + size]
+            result = self._dispatcher.dispatch(self, frame)
+            if result is None:
+                continue
+            if isinstance(result, list):
+                self.write_chunks(result)
+                continue
+            # an awaitable: stop processing until it completes
+            self._busy = True
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(self._on_async_done)
+            break
+        if self._reading_paused and len(buf) < _BUFFERED_HIGH_WATER // 2 and not self._closed:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def _on_async_done(self, task: asyncio.Future) -> None:
+        self._busy = False
+        if self._closed:
+            return
+        try:
+            chunks = task.result()
+        except Exception:
+            log.exception("request from %s failed; closing the connection", self._peer)
+            self.close()
+            return
+        if chunks:
+            self.write_chunks(chunks)
+        self._process()
+
+    # -- writing -----------------------------------------------------------------------
+    def write_chunks(self, chunks: list) -> None:
+        """Write an encoded response. bytes are queued on the transport; file slices go
+        straight from the page cache to the socket with os.sendfile when the transport
+        has nothing queued (so ordering is kept), else they are read with os.pread."""
+        transport = self._transport
+        if self._closed or transport is None:
+            return
+        for chunk in chunks:
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                if chunk:
+                    transport.write(chunk)
+                continue
+            self._write_file_slice(chunk)
+
+    def _write_file_slice(self, fs) -> None:
+        transport = self._transport
+        position = fs.position
+        remaining = fs.length
+        if self._sock_fd >= 0 and transport.get_write_buffer_size() == 0:
+            in_fd = fs.fileno()
+            try:
+                while remaining > 0:
+                    sent = os.sendfile(self._sock_fd, in_fd, position, remaining)
+                    if sent == 0:
+                        break
+                    position += sent
+                    remaining -= sent
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                log.info("sendfile to %s failed (%s); closing the connection", self._peer, exc)
+                self.close()
+                return
+        if remaining > 0:
+            data = fs.read_range(position, remaining)
+            if len(data) != remaining:
+                # The file shrank under us (truncation): the response size is already on
+                # the wire, so the only honest thing is to close the connection.
+                log.error("file slice shorter than announced for %s; closing", self._peer)
+                self.close()
+                return
+            transport.write(data)

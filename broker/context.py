@@ -1,0 +1,87 @@
+"""State shared by the request handlers: config, storage, identity, fetch waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import uuid
+from dataclasses import dataclass, field
+
+log = logging.getLogger("chronolog.broker")
+
+
+@dataclass
+class BrokerContext:
+    config: object
+    log_manager: object
+    clock: object
+    node_id: int
+    host: str
+    port: int
+    cluster_id: str
+    producer_ids: object = None
+    # (topic, partition) -> futures of Fetch requests parked until data arrives
+    fetch_waiters: dict = field(default_factory=dict)
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        waiters = self.fetch_waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def wait_for_append(self, keys, fut: asyncio.Future) -> None:
+        for key in keys:
+            self.fetch_waiters.setdefault(key, set()).add(fut)
+
+    def forget_waiter(self, keys, fut: asyncio.Future) -> None:
+        for key in keys:
+            waiters = self.fetch_waiters.get(key)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self.fetch_waiters[key]
+
+
+def load_or_create_cluster_id(log_dirs: list[str], node_id: int) -> str:
+    """Kafka keeps ``meta.properties`` in every log dir with the cluster id and node id.
+    Reuse it when present (and refuse a node id mismatch); create it on first start."""
+    cluster_id = None
+    for d in log_dirs:
+        path = os.path.join(d, "meta.properties")
+        if not os.path.exists(path):
+            continue
+        props = {}
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line or line.startswith("#") or "=" not in line:
+                    continue
+                k, v = line.split("=", 1)
+                props[k.strip()] = v.strip()
+        stored_node = props.get("node.id")
+        if stored_node is not None and int(stored_node) != node_id:
+            raise SystemExit(
+                f"log dir {d} belongs to node.id={stored_node} but this broker has node.id={node_id}"
+            )
+        if props.get("cluster.id"):
+            if cluster_id is not None and props["cluster.id"] != cluster_id:
+                raise SystemExit(f"log dirs disagree on cluster.id ({cluster_id} vs {props['cluster.id']} in {d})")
+            cluster_id = props["cluster.id"]
+    if cluster_id is None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    for d in log_dirs:
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "meta.properties")
+        if os.path.exists(path):
+            continue
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("#Written by Chronolog\n")
+            fh.write(f"cluster.id={cluster_id}\nnode.id={node_id}\nversion=1\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    return cluster_id

@@ -1,0 +1,119 @@
+"""Decode a request frame, run its handler, encode the response.
+
+The supported API versions live here (``SUPPORTED``) and are what ApiVersions
+advertises. A request for an API or version outside them is answered the way Kafka
+answers it: ApiVersions gets an UNSUPPORTED_VERSION response in the v0 format (KIP-511),
+anything else closes the connection with a log line naming the API and version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any, Callable
+
+from protocol import codec
+from protocol.errors import ErrorCode
+
+from broker import handlers
+from broker.context import BrokerContext
+
+log = logging.getLogger("chronolog.dispatcher")
+
+# api key -> (min version, max version, handler)
+SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
+    0: (0, 9, handlers.produce.handle),
+    1: (0, 12, handlers.fetch.handle),
+    2: (0, 9, handlers.list_offsets.handle),
+    3: (0, 12, handlers.metadata.handle),
+    18: (0, 3, handlers.api_versions.handle),
+    19: (0, 7, handlers.create_topics.handle),
+    20: (0, 6, handlers.delete_topics.handle),
+    22: (0, 4, handlers.init_producer_id.handle),
+}
+
+API_VERSIONS_KEY = 18
+
+
+class Dispatcher:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.connections: set = set()
+        self.socket_request_max_bytes = ctx.config.socket_request_max_bytes
+
+    def dispatch(self, conn, frame: bytes):
+        """Returns None (no response), a list of chunks, or an awaitable of chunks."""
+        try:
+            header, offset = codec.decode_request_header(frame)
+        except codec.DecodeError as exc:
+            log.warning("closing connection from %s: undecodable request header: %s", conn._peer, exc)
+            conn.close()
+            return None
+        api_key, version = header.api_key, header.api_version
+        entry = SUPPORTED.get(api_key)
+        if entry is None or not (entry[0] <= version <= entry[1]):
+            if api_key == API_VERSIONS_KEY:
+                return self._unsupported_api_versions(header)
+            name = codec.API_KEYS.get(api_key, "unknown")
+            log.warning(
+                "closing connection from %s: unsupported API %s (key %d) version %d",
+                conn._peer,
+                name,
+                api_key,
+                version,
+            )
+            conn.close()
+            return None
+        try:
+            _, request = codec.decode_request(frame)
+        except codec.DecodeError as exc:
+            log.warning(
+                "closing connection from %s: malformed %s v%d request: %s",
+                conn._peer,
+                codec.API_KEYS.get(api_key),
+                version,
+                exc,
+            )
+            conn.close()
+            return None
+        try:
+            result = entry[2](self.ctx, header, request)
+        except Exception:
+            log.exception(
+                "%s v%d request from %s failed; closing the connection",
+                codec.API_KEYS.get(api_key),
+                version,
+                conn._peer,
+            )
+            conn.close()
+            return None
+        if inspect.isawaitable(result):
+            return self._finish_async(header, result)
+        if result is None:
+            return None
+        return codec.encode_response(api_key, version, header.correlation_id, result)
+
+    async def _finish_async(self, header, awaitable):
+        response = await awaitable
+        if response is None:
+            return None
+        return codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
+
+    def _unsupported_api_versions(self, header):
+        from protocol.messages import ApiVersionsResponse
+
+        body = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=api_version_entries(),
+        )
+        return codec.encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)
+
+
+def api_version_entries():
+    from protocol.messages import ApiVersionsResponse
+
+    return [
+        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi, _) in sorted(SUPPORTED.items())
+    ]

@@ -1,0 +1,42 @@
+"""The one place that maps storage and protocol exceptions to Kafka error codes."""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from storage import errors as se
+
+log = logging.getLogger("chronolog.errors")
+
+_CODES: list[tuple[type, ErrorCode]] = [
+    (se.UnknownTopicOrPartitionError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    (se.TopicExistsError, ErrorCode.TOPIC_ALREADY_EXISTS),
+    (se.InvalidTopicError, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (se.InvalidRecordError, ErrorCode.INVALID_RECORD),
+    (se.CorruptRecordError, ErrorCode.CORRUPT_MESSAGE),
+    (se.MessageTooLargeError, ErrorCode.MESSAGE_TOO_LARGE),
+    (se.RecordListTooLargeError, ErrorCode.RECORD_LIST_TOO_LARGE),
+    (se.InvalidTimestampError, ErrorCode.INVALID_TIMESTAMP),
+    (se.OffsetOutOfRangeError, ErrorCode.OFFSET_OUT_OF_RANGE),
+    (se.UnsupportedCompressionTypeError, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    (se.InvalidRequestError, ErrorCode.INVALID_REQUEST),
+    (se.KafkaStorageError, ErrorCode.KAFKA_STORAGE_ERROR),
+]
+
+
+def error_code_for(exc: BaseException) -> int:
+    """Kafka error code for an exception raised by storage (or config) code.
+    Anything unexpected is UNKNOWN_SERVER_ERROR and is logged with its traceback."""
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return int(code)
+    try:
+        from config import ConfigError
+
+        if isinstance(exc, ConfigError):
+            return int(ErrorCode.INVALID_CONFIG)
+    except ImportError:  # pragma: no cover
+        pass
+    log.error("unexpected error", exc_info=exc)
+    return int(ErrorCode.UNKNOWN_SERVER_ERROR)

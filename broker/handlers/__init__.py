@@ -1,0 +1,12 @@
+"""One module per Kafka API: ``handle(ctx, header, request) -> response | None | awaitable``."""
+
+from broker.handlers import (  # noqa: F401
+    api_versions,
+    create_topics,
+    delete_topics,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)

@@ -1,0 +1,91 @@
+"""CreateTopics (key 19), v0-7, with per-topic configs and validate_only."""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import CreateTopicsResponse
+
+from broker.errors import error_code_for
+
+log = logging.getLogger("chronolog.create_topics")
+
+Result = CreateTopicsResponse.CreatableTopicResult
+
+
+def _error(name, code, message):
+    return Result(name=name, error_code=int(code), error_message=message, num_partitions=-1, replication_factor=-1)
+
+
+def handle(ctx, header, request):
+    lm = ctx.log_manager
+    cfg = ctx.config
+    counts = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    results = []
+    for t in request.topics:
+        name = t.name
+        if counts[name] > 1:
+            results.append(_error(name, ErrorCode.INVALID_REQUEST, f"Create topics request from client contains topic {name} more than once"))
+            continue
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                results.append(_error(name, ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time."))
+                continue
+            bad = [a for a in t.assignments if list(a.broker_ids) != [ctx.node_id]]
+            if bad:
+                results.append(_error(name, ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Replica assignment must name only broker {ctx.node_id}, got {list(bad[0].broker_ids)}"))
+                continue
+            partitions = len(t.assignments)
+            rf = 1
+        else:
+            partitions = cfg.num_partitions if t.num_partitions == -1 else t.num_partitions
+            rf = cfg.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+        if partitions <= 0:
+            results.append(_error(name, ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be larger than 0, got {partitions}."))
+            continue
+        if rf <= 0:
+            results.append(_error(name, ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor must be larger than 0, got {rf}."))
+            continue
+        if rf > 1:
+            results.append(_error(name, ErrorCode.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only 1 broker(s) are registered."))
+            continue
+        configs = {}
+        for c in t.configs:
+            if c.value is None:
+                continue
+            configs[c.name] = c.value
+        try:
+            if request.validate_only:
+                info = lm.validate_new_topic(name, partitions, configs)
+            else:
+                info = lm.create_topic(name, partitions, configs)
+        except Exception as exc:
+            code = error_code_for(exc)
+            results.append(_error(name, code, str(exc)))
+            continue
+        if not request.validate_only:
+            log.info("created topic %s (%d partition(s), configs %s)", name, partitions, configs or "{}")
+        results.append(
+            Result(
+                name=name,
+                topic_id=info.topic_id,
+                error_code=0,
+                error_message=None,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=[
+                    CreateTopicsResponse.CreatableTopicConfigs(
+                        name=entry[0], value=entry[1], read_only=False, config_source=_SOURCE.get(entry[2], 5), is_sensitive=False
+                    )
+                    for entry in info.config.describe(info.overrides)
+                ],
+            )
+        )
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+# DescribeConfigsResponse ConfigSource ids
+_SOURCE = {"TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}

@@ -1,0 +1,47 @@
+"""DeleteTopics (key 20), v0-6: by name (v0-5) or by name or topic id (v6)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from protocol.errors import ErrorCode
+from protocol.messages import DeleteTopicsResponse
+
+from broker.errors import error_code_for
+
+log = logging.getLogger("chronolog.delete_topics")
+
+Result = DeleteTopicsResponse.DeletableTopicResult
+_NULL_UUID = uuid.UUID(int=0)
+
+
+def handle(ctx, header, request):
+    lm = ctx.log_manager
+    version = header.api_version
+    if version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(n, _NULL_UUID) for n in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        if name is None:
+            info = next((i for i in lm.topics().values() if i.topic_id == topic_id), None)
+            if info is None:
+                results.append(Result(name=None, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), error_message=f"Topic id {topic_id} not found"))
+                continue
+            name = info.name
+        info = lm.get_topic(name)
+        if info is None:
+            results.append(Result(name=name, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic {name} not found"))
+            continue
+        try:
+            lm.delete_topic(name)
+        except Exception as exc:
+            results.append(Result(name=name, topic_id=info.topic_id, error_code=error_code_for(exc), error_message=str(exc)))
+            continue
+        for p in range(info.num_partitions):
+            ctx.notify_append(name, p)
+        log.info("deleted topic %s", name)
+        results.append(Result(name=name, topic_id=info.topic_id, error_code=0, error_message=None))
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)

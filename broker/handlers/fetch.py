@@ -1,0 +1,145 @@
+"""Fetch (key 1), v0-12.
+
+Reads go from the offset-index floor to the first batch that reaches the fetch offset
+and are sent as file slices (sendfile) for v4+. Fetch v0-v3 predate magic 2, so their
+data is down-converted: magic 1 for v2/v3 (KIP-32 timestamps kept), magic 0 for v0/v1.
+
+Byte limits follow Kafka's ReplicaManager: v0-v2 have a hard per-partition limit (a
+batch larger than it is cut, the client sees a partial batch); v3+ return at least one
+whole batch for the first partition that has data, then respect ``max_bytes``.
+
+Long polling: when fewer than ``min_bytes`` are available and nothing failed, the
+request is parked until an append to one of its partitions or ``max_wait_ms``.
+Fetch sessions (KIP-227) are not kept: every response says session id 0, which tells
+clients to send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol import records as rec
+from protocol.errors import ErrorCode
+from protocol.messages import FetchResponse
+
+from broker.errors import error_code_for
+from storage import errors as se
+
+log = logging.getLogger("chronolog.fetch")
+
+PartitionData = FetchResponse.PartitionData
+TopicResponse = FetchResponse.FetchableTopicResponse
+_INT_MAX = 2**31 - 1
+
+
+def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
+    return PartitionData(
+        partition_index=index,
+        error_code=int(code),
+        high_watermark=hw,
+        last_stable_offset=lso,
+        log_start_offset=log_start,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=None,
+    )
+
+
+def _read_all(ctx, version, request):
+    """One pass over the requested partitions. Returns (response, bytes, had_error)."""
+    lm = ctx.log_manager
+    hard_limit = version <= 2
+    limit_bytes = _INT_MAX if version < 3 else max(0, request.max_bytes)
+    min_one = not hard_limit
+    total = 0
+    had_error = False
+    down_magic = 0 if version <= 1 else (1 if version <= 3 else None)
+    topics_out = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            index = p.partition
+            try:
+                plog = lm.get_log(t.topic, index)
+            except se.StorageError as exc:
+                parts.append(_partition_error(index, error_code_for(exc)))
+                had_error = True
+                continue
+            max_bytes = min(p.partition_max_bytes, limit_bytes) if not hard_limit else p.partition_max_bytes
+            try:
+                data = plog.read(p.fetch_offset, max(0, max_bytes), min_one_message=min_one)
+            except se.StorageError as exc:
+                code = error_code_for(exc)
+                hw = plog.high_watermark
+                parts.append(_partition_error(index, code, hw, hw, plog.log_start_offset))
+                had_error = True
+                continue
+            records = data.records
+            size = len(records) if records is not None else 0
+            if down_magic is not None and records is not None and size:
+                try:
+                    records = rec.down_convert(records.read(), down_magic, p.fetch_offset)
+                except (se.UnsupportedCompressionTypeError, rec.UnsupportedCompressionTypeError) as exc:
+                    log.info("fetch v%d of %s-%d: %s", version, t.topic, index, exc)
+                    parts.append(
+                        _partition_error(
+                            index,
+                            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                            data.high_watermark,
+                            data.high_watermark,
+                            data.log_start_offset,
+                        )
+                    )
+                    had_error = True
+                    continue
+            if size:
+                min_one = False
+                limit_bytes = max(0, limit_bytes - size)
+                total += size
+            parts.append(
+                PartitionData(
+                    partition_index=index,
+                    error_code=0,
+                    high_watermark=data.high_watermark,
+                    last_stable_offset=data.high_watermark,
+                    log_start_offset=data.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=records,
+                )
+            )
+        topics_out.append(TopicResponse(topic=t.topic, partitions=parts))
+    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
+    return response, total, had_error
+
+
+def handle(ctx, header, request):
+    version = header.api_version
+    response, total, had_error = _read_all(ctx, version, request)
+    if request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not request.topics:
+        return response
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    return _long_poll(ctx, version, request, keys)
+
+
+async def _long_poll(ctx, version, request, keys):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000.0
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        fut = loop.create_future()
+        timer = loop.call_later(remaining, lambda f=fut: f.done() or f.set_result(None))
+        ctx.wait_for_append(keys, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            ctx.forget_waiter(keys, fut)
+        response, total, had_error = _read_all(ctx, version, request)
+        if total >= request.min_bytes or had_error:
+            return response
+    response, _, _ = _read_all(ctx, version, request)
+    return response

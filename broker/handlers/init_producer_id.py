@@ -1,0 +1,70 @@
+"""InitProducerId (key 22), v0-4, for idempotent producers without transactions.
+
+kafka-python 3 and Kafka 3.0+ clients enable idempotence by default, so a broker that
+stock clients use must hand out producer ids. Ids come from ``ProducerIdManager``
+(unique across restarts). A request that names an existing producer id and epoch
+(KIP-360, v3+) gets the same id with the epoch bumped.
+
+Sequence-number de-duplication of retried batches is not done yet: batches keep their
+producer id, epoch and sequence on disk untouched, but a retried batch is appended again.
+Transactional ids are refused (no transaction coordinator).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from protocol.errors import ErrorCode
+from protocol.messages import InitProducerIdResponse
+
+log = logging.getLogger("chronolog.producer_id")
+
+_EPOCH_MAX = 32767
+
+
+class ProducerIdManager:
+    """Allocates producer ids in blocks; the end of the current block is persisted
+    before any id of it is handed out, so ids never repeat after a crash."""
+
+    BLOCK = 1000
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._next = 0
+        self._limit = 0
+        if os.path.exists(path):
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+            try:
+                self._next = self._limit = int(text)
+            except ValueError:
+                raise SystemExit(f"{path}: expected a producer id, found {text!r}")
+
+    def allocate(self) -> int:
+        if self._next >= self._limit:
+            self._limit = self._next + self.BLOCK
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(f"{self._limit}\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+def handle(ctx, header, request):
+    if request.transactional_id is not None:
+        log.info("refused InitProducerId for transactional id %r: transactions are not supported", request.transactional_id)
+        return InitProducerIdResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1
+        )
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if pid is not None and pid >= 0 and epoch is not None and 0 <= epoch < _EPOCH_MAX:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch + 1)
+    return InitProducerIdResponse(
+        throttle_time_ms=0, error_code=0, producer_id=ctx.producer_ids.allocate(), producer_epoch=0
+    )

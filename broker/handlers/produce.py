@@ -1,0 +1,103 @@
+"""Produce (key 0), v0-9.
+
+Each partition is validated and appended on its own: a failing partition does not
+affect the others in the request. acks=0 gets no response; acks=1 and acks=-1 are the
+same on a single node (the append is in the page cache before the answer, fsync by the
+flush policy, as Kafka does).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import ProduceResponse
+
+from broker.errors import error_code_for
+from storage import errors as se
+
+log = logging.getLogger("chronolog.produce")
+
+_MAGIC_POS = 16  # magic byte position in both v2 batches and legacy messages
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+TopicResponse = ProduceResponse.TopicProduceResponse
+
+
+def _error(index, code, message=None, record_errors=()):
+    return PartitionResponse(
+        index=index,
+        error_code=int(code),
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=[
+            PartitionResponse.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+            for i, m in record_errors
+        ],
+        error_message=message,
+    )
+
+
+def handle(ctx, header, request):
+    version = header.api_version
+    acks = request.acks
+    lm = ctx.log_manager
+    responses = []
+    if acks not in (-1, 0, 1):
+        for t in request.topic_data:
+            responses.append(
+                TopicResponse(
+                    name=t.name,
+                    partition_responses=[
+                        _error(p.index, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not -1, 0 or 1")
+                        for p in t.partition_data
+                    ],
+                )
+            )
+        return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+    for t in request.topic_data:
+        name = t.name
+        parts = []
+        for p in t.partition_data:
+            parts.append(_append_one(ctx, lm, version, name, p.index, p.records))
+        responses.append(TopicResponse(name=name, partition_responses=parts))
+    if acks == 0:
+        return None
+    return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _append_one(ctx, lm, version, topic, partition, records):
+    if records is None or len(records) == 0:
+        return _error(partition, ErrorCode.INVALID_RECORD, "the partition's record set is empty")
+    if len(records) > _MAGIC_POS:
+        magic = records[_MAGIC_POS]
+        if version >= 3 and magic != 2:
+            return _error(
+                partition,
+                ErrorCode.INVALID_RECORD,
+                f"Produce v{version} requires record batches with magic 2, got magic {magic}",
+            )
+    try:
+        plog = lm.get_log(topic, partition)
+        info = plog.append(records)
+    except se.InvalidTimestampError as exc:
+        log.info("rejected produce to %s-%d: %s", topic, partition, exc)
+        return _error(partition, ErrorCode.INVALID_TIMESTAMP, str(exc), getattr(exc, "record_errors", ()) or ())
+    except se.StorageError as exc:
+        code = error_code_for(exc)
+        log.info("rejected produce to %s-%d: %s (%s)", topic, partition, exc, ErrorCode(code).name)
+        return _error(partition, code, str(exc))
+    except Exception as exc:  # never crash the connection on one partition's failure
+        code = error_code_for(exc)
+        return _error(partition, code, f"{type(exc).__name__}: {exc}")
+    ctx.notify_append(topic, partition)
+    return PartitionResponse(
+        index=partition,
+        error_code=0,
+        base_offset=info.base_offset,
+        log_append_time_ms=info.log_append_time,
+        log_start_offset=info.log_start_offset,
+        record_errors=[],
+        error_message=None,
+    )
