@@ -1,0 +1,159 @@
+"""The ``chronolog`` command line.
+
+Subcommands:
+
+* ``chronolog serve [--config server.properties] [--override key=value ...] [--log-level INFO]``
+  loads the configuration and runs the broker until SIGTERM/SIGINT.
+* ``chronolog config --describe [--config F] [--override key=value ...]`` prints the
+  effective broker configuration, one ``name=value (source)`` line per property.
+
+Exit codes: 0 success, 2 usage or configuration error (the one-line ConfigError message
+goes to stderr), 1 unexpected failure.
+
+More subcommands (dump-log, get-offsets, consumer-groups, topics, configs) plug in by
+adding a ``_register_<name>`` function to :data:`_REGISTRARS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
+def setup_logging(level: str = "INFO", stream=None) -> None:
+    """Plain text to stderr: time level logger message."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler._chronolog = True  # type: ignore[attr-defined]
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_chronolog", False):
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+def _add_config_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE", help="a Kafka-style server.properties file")
+    p.add_argument(
+        "--override",
+        "-o",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a property (repeatable; wins over the file and CHRONOLOG_* env vars)",
+    )
+
+
+def _load(args: argparse.Namespace, *, warn: bool = True):
+    from config import load_broker_config
+
+    return load_broker_config(args.config, list(args.override), warn=warn)
+
+
+# ---------------------------------------------------------------------- serve
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from config import ConfigError
+
+    setup_logging(args.log_level)
+    try:
+        cfg = _load(args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    server = importlib.import_module("broker.server")  # lazy: tests need no server
+    try:
+        rc = server.run(cfg)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_OK if rc is None else int(rc)
+
+
+def _register_serve(sub) -> None:
+    p = sub.add_parser("serve", help="run the broker", description="Run the Chronolog broker.")
+    _add_config_source_args(p)
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS, help="default INFO")
+    p.set_defaults(func=_cmd_serve)
+
+
+# ---------------------------------------------------------------------- config
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from config import ConfigError
+
+    if not args.describe:
+        args.parser.print_usage(sys.stderr)
+        print("chronolog config: nothing to do (use --describe)", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging("WARNING")
+    try:
+        cfg = _load(args, warn=False)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    lines = [f"{name}={'null' if value is None else value} ({source})" for name, value, source in cfg.describe()]
+    lines += [f"{name}={value} ({source}, ignored)" for name, (value, source) in sorted(cfg.ignored_properties.items())]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. `chronolog config --describe | head`
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+        return EXIT_OK
+    for name, (value, source) in sorted(cfg.unknown_properties.items()):
+        print(f"warning: unknown property {name}={value} ({source})", file=sys.stderr)
+    return EXIT_OK
+
+
+def _register_config(sub) -> None:
+    p = sub.add_parser(
+        "config",
+        help="show the effective broker configuration",
+        description="Show the effective broker configuration (defaults < file < CHRONOLOG_* env < --override).",
+    )
+    p.add_argument("--describe", action="store_true", help="print every property as name=value (source)")
+    _add_config_source_args(p)
+    p.set_defaults(func=_cmd_config, parser=p)
+
+
+_REGISTRARS: list[Callable] = [_register_serve, _register_config]
+
+
+# ---------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chronolog", description="Chronolog: a Kafka-protocol broker in Python.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in _REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,545 @@
+"""Broker configuration with Kafka's property names.
+
+Load order (later wins): embedded defaults, ``--config server.properties``,
+``CHRONOLOG_<PROPERTY>`` environment variables (``log.segment.bytes`` ->
+``CHRONOLOG_LOG_SEGMENT_BYTES``), then ``--override key=value``. Values from those
+sources are strings, coerced and validated as Kafka's ConfigDef declares them; an invalid
+value raises :class:`ConfigError`. Unknown properties are collected (Kafka brokers accept
+them) and logged as a warning. Each property's source is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from typing import Any, Iterable, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, model_validator
+
+from config.properties import (
+    LONG_MAX,
+    ConfigError,
+    ConfigKey,
+    ConfigType as T,
+    Range,
+    ValidList,
+    ValidString,
+    load_properties,
+    value_to_string,
+)
+from config.topic_config import (
+    CLEANUP_POLICIES,
+    COMPRESSION_TYPES,
+    DEFAULT_DELETE_RETENTION_MS,
+    DEFAULT_FILE_DELETE_DELAY_MS,
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_INDEX_SIZE_MAX_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MESSAGE_FORMAT_VERSION,
+    DEFAULT_SEGMENT_BYTES,
+    RECORD_OVERHEAD_V0,
+    TIMESTAMP_TYPES,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_KEYS,
+    TopicConfig,
+    canonical_topic_config_name,
+    validate_gzip_level,
+    validate_message_format_version,
+)
+
+__all__ = [
+    "BrokerConfig",
+    "BROKER_KEYS",
+    "IGNORED_KAFKA_PROPERTIES",
+    "SOURCES",
+    "load_broker_config",
+    "env_var_name",
+    "parse_listener",
+]
+
+log = logging.getLogger("chronolog.config")
+
+ENV_PREFIX = "CHRONOLOG_"
+SOURCES = ("default", "file", "env", "override")
+
+_LISTENER_RE = re.compile(r"^(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)$")
+
+
+def parse_listener(name: str, text: str) -> tuple[str, str, int]:
+    """``NAME://host:port`` -> (NAME, host, port), as Kafka's EndPoint parser."""
+    m = _LISTENER_RE.match(text.strip())
+    if not m:
+        raise ConfigError(name, text, "Unable to parse " + text + " to a broker endpoint")
+    port = int(m.group(3))
+    if not 0 <= port <= 65535:
+        raise ConfigError(name, text, "port must be between 0 and 65535")
+    return m.group(1).upper(), m.group(2), port
+
+
+def _parse_listener_list(name: str, value: str) -> list[tuple[str, str, int]]:
+    items = [s.strip() for s in value.split(",") if s.strip()]
+    return [parse_listener(name, s) for s in items]
+
+
+def validate_listeners(name: str, value: Any) -> None:
+    eps = _parse_listener_list(name, value)
+    if not any(ep[0] == "PLAINTEXT" for ep in eps):
+        raise ConfigError(name, value, "must contain a PLAINTEXT listener (NAME://host:port)")
+    names = [ep[0] for ep in eps]
+    if len(set(names)) != len(names):
+        raise ConfigError(name, value, "Each listener must have a different name")
+
+
+def validate_advertised_listeners(name: str, value: Any) -> None:
+    eps = _parse_listener_list(name, value)
+    if not any(ep[0] == "PLAINTEXT" for ep in eps):
+        raise ConfigError(name, value, "must contain a PLAINTEXT listener (NAME://host:port)")
+    for ep in eps:
+        if ep[1] == "0.0.0.0":
+            raise ConfigError(
+                name, value, "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address."
+            )
+
+
+def validate_non_empty_list(name: str, value: Any) -> None:
+    if not [v for v in value if v]:
+        raise ConfigError(name, value, "At least one log directory must be defined via log.dirs or log.dir.")
+
+
+# Every property BrokerConfig knows: (Kafka name, ConfigDef type, default, validator).
+# Defaults are Kafka's except where marked "chronolog".
+BROKER_KEYS: tuple[ConfigKey, ...] = (
+    # node / network
+    ConfigKey("node.id", T.INT, 0, Range.at_least(0)),  # chronolog: Kafka -1
+    ConfigKey("broker.id", T.INT, None, None),  # chronolog: must equal node.id when set
+    ConfigKey("listeners", T.STRING, "PLAINTEXT://127.0.0.1:9092", validate_listeners),  # chronolog
+    ConfigKey("advertised.listeners", T.STRING, None, validate_advertised_listeners),
+    ConfigKey("socket.request.max.bytes", T.INT, 100 * 1024 * 1024, Range.at_least(1)),
+    ConfigKey("socket.send.buffer.bytes", T.INT, 100 * 1024, None),
+    ConfigKey("socket.receive.buffer.bytes", T.INT, 100 * 1024, None),
+    ConfigKey("socket.listen.backlog.size", T.INT, 50, Range.at_least(1)),
+    ConfigKey("connections.max.idle.ms", T.LONG, 10 * 60 * 1000, None),
+    ConfigKey("queued.max.requests", T.INT, 500, Range.at_least(1)),
+    ConfigKey("num.network.threads", T.INT, 3, Range.at_least(1)),
+    ConfigKey("num.io.threads", T.INT, 8, Range.at_least(1)),
+    ConfigKey("fetch.max.bytes", T.INT, 55 * 1024 * 1024, Range.at_least(1024)),
+    ConfigKey("metrics.port", T.INT, 9404, Range.between(-1, 65535)),  # chronolog only
+    # topics
+    ConfigKey("num.partitions", T.INT, 1, Range.at_least(1)),
+    ConfigKey("auto.create.topics.enable", T.BOOLEAN, True, None),
+    ConfigKey("default.replication.factor", T.INT, 1, None),
+    ConfigKey("delete.topic.enable", T.BOOLEAN, True, None),
+    ConfigKey("min.insync.replicas", T.INT, 1, Range.at_least(1)),
+    ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, None),
+    ConfigKey("message.max.bytes", T.INT, DEFAULT_MAX_MESSAGE_BYTES, Range.at_least(0)),
+    ConfigKey("compression.type", T.STRING, "producer", ValidString(COMPRESSION_TYPES)),
+    ConfigKey("compression.gzip.level", T.INT, -1, validate_gzip_level),
+    ConfigKey("compression.lz4.level", T.INT, 9, Range.between(1, 17)),
+    ConfigKey("compression.zstd.level", T.INT, 3, Range.between(-131072, 22)),
+    # log
+    ConfigKey("log.dirs", T.LIST, ["./data"], validate_non_empty_list),  # chronolog: Kafka null
+    ConfigKey("log.dir", T.STRING, None, None),  # chronolog: Kafka /tmp/kafka-logs
+    ConfigKey("log.segment.bytes", T.INT, DEFAULT_SEGMENT_BYTES, Range.at_least(RECORD_OVERHEAD_V0)),
+    ConfigKey("log.roll.ms", T.LONG, None, None),
+    ConfigKey("log.roll.hours", T.INT, 24 * 7, Range.at_least(1)),
+    ConfigKey("log.roll.jitter.ms", T.LONG, None, None),
+    ConfigKey("log.roll.jitter.hours", T.INT, 0, Range.at_least(0)),
+    ConfigKey("log.index.size.max.bytes", T.INT, DEFAULT_INDEX_SIZE_MAX_BYTES, Range.at_least(4)),
+    ConfigKey("log.index.interval.bytes", T.INT, DEFAULT_INDEX_INTERVAL_BYTES, Range.at_least(0)),
+    ConfigKey("log.message.timestamp.type", T.STRING, "CreateTime", ValidString(TIMESTAMP_TYPES)),
+    ConfigKey("log.message.timestamp.difference.max.ms", T.LONG, LONG_MAX, Range.at_least(0)),
+    ConfigKey("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, Range.at_least(0)),
+    ConfigKey("log.message.timestamp.after.max.ms", T.LONG, LONG_MAX, Range.at_least(0)),
+    ConfigKey("log.message.format.version", T.STRING, DEFAULT_MESSAGE_FORMAT_VERSION, validate_message_format_version),
+    ConfigKey("log.message.downconversion.enable", T.BOOLEAN, True, None),
+    ConfigKey("log.retention.ms", T.LONG, None, None),
+    ConfigKey("log.retention.minutes", T.INT, None, None),
+    ConfigKey("log.retention.hours", T.INT, 24 * 7, None),
+    ConfigKey("log.retention.bytes", T.LONG, -1, None),
+    ConfigKey("log.retention.check.interval.ms", T.LONG, 5 * 60 * 1000, Range.at_least(1)),
+    ConfigKey("log.segment.delete.delay.ms", T.LONG, DEFAULT_FILE_DELETE_DELAY_MS, Range.at_least(0)),
+    ConfigKey("log.flush.interval.messages", T.LONG, LONG_MAX, Range.at_least(1)),
+    ConfigKey("log.flush.interval.ms", T.LONG, None, None),
+    ConfigKey("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, None),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, Range.at_least(0)),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000, Range.at_least(0)),
+    ConfigKey("log.cleanup.policy", T.LIST, ["delete"], ValidList(CLEANUP_POLICIES)),
+    ConfigKey("log.preallocate", T.BOOLEAN, False, None),
+    ConfigKey("log.cleaner.enable", T.BOOLEAN, True, None),
+    ConfigKey("log.cleaner.delete.retention.ms", T.LONG, DEFAULT_DELETE_RETENTION_MS, Range.at_least(0)),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", T.LONG, 0, Range.at_least(0)),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, Range.at_least(1)),
+    ConfigKey("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, Range.between(0, 1)),
+    ConfigKey("log.local.retention.ms", T.LONG, -2, Range.at_least(-2)),
+    ConfigKey("log.local.retention.bytes", T.LONG, -2, Range.at_least(-2)),
+    ConfigKey("num.recovery.threads.per.data.dir", T.INT, 1, Range.at_least(1)),
+    # group coordinator
+    ConfigKey("offsets.retention.minutes", T.INT, 7 * 24 * 60, Range.at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", T.LONG, 600000, Range.at_least(1)),
+    ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, None),
+    ConfigKey("group.min.session.timeout.ms", T.INT, 6000, None),
+    ConfigKey("group.max.session.timeout.ms", T.INT, 1800000, None),
+)
+_KEYS: dict[str, ConfigKey] = {k.name: k for k in BROKER_KEYS}
+_ATTRS: dict[str, ConfigKey] = {k.attr: k for k in BROKER_KEYS}
+
+# Real Kafka broker properties (typical in a Kafka server.properties) that have no
+# meaning for a single-node Chronolog broker: accepted, reported as ignored (not unknown).
+IGNORED_KAFKA_PROPERTIES = frozenset(
+    {
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "offsets.topic.replication.factor",
+        "offsets.topic.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "background.threads",
+        "replica.lag.time.max.ms",
+        "group.coordinator.rebalance.protocols",
+    }
+)
+
+
+def env_var_name(prop: str) -> str:
+    """``log.segment.bytes`` -> ``CHRONOLOG_LOG_SEGMENT_BYTES``."""
+    return ENV_PREFIX + re.sub(r"[^0-9A-Za-z]", "_", prop).upper()
+
+
+_ENV_TO_PROP: dict[str, str] = {env_var_name(k.name): k.name for k in BROKER_KEYS}
+_ENV_TO_PROP.update({env_var_name(n): n for n in IGNORED_KAFKA_PROPERTIES})
+
+
+def _annotation(key: ConfigKey) -> Any:
+    base = {T.INT: int, T.LONG: int, T.BOOLEAN: bool, T.STRING: str, T.DOUBLE: float, T.LIST: list[str]}[key.type]
+    return Optional[base] if key.default is None else base
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+_Fields = create_model(  # type: ignore[call-overload]
+    "_BrokerConfigFields",
+    __base__=_Base,
+    **{k.attr: (_annotation(k), Field(k.default, alias=k.name)) for k in BROKER_KEYS},
+)
+
+
+class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
+    """Broker configuration. Every Kafka property ``a.b.c`` is the attribute ``a_b_c``
+    (see :data:`BROKER_KEYS`); construct with :func:`load_broker_config`, or directly
+    with python names or Kafka names as keyword arguments (tests)."""
+
+    _sources: dict = PrivateAttr(default_factory=dict)
+    _unknown: dict = PrivateAttr(default_factory=dict)
+    _ignored: dict = PrivateAttr(default_factory=dict)
+
+    # ------------------------------------------------------------------ validation
+
+    @model_validator(mode="before")
+    @classmethod
+    def _coerce(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        values: dict[str, Any] = {}
+        for raw_key, value in data.items():
+            key = _KEYS.get(raw_key) or _ATTRS.get(raw_key)
+            if key is None:
+                raise ConfigError(raw_key, value, "Unknown broker config name")
+            values[key.name] = key.parse(value)
+        # log.dirs falls back to log.dir (KafkaConfig.logDirs); empty CSV items dropped
+        if "log.dirs" not in values and values.get("log.dir"):
+            values["log.dirs"] = _KEYS["log.dirs"].parse(values["log.dir"])
+        if "log.dirs" in values:
+            values["log.dirs"] = [d for d in values["log.dirs"] if d]
+        # broker.id and node.id must agree (KafkaConfig.validateValues)
+        if values.get("broker.id") is not None:
+            if "node.id" not in values:
+                values["node.id"] = _KEYS["node.id"].parse(values["broker.id"])
+            elif values["node.id"] != values["broker.id"]:
+                raise ConfigError(
+                    "node.id", values["node.id"], f"You must set `node.id` to the same value as `broker.id` ({values['broker.id']})."
+                )
+        return {_KEYS[n].attr: v for n, v in values.items()}
+
+    @model_validator(mode="after")
+    def _check(self) -> "BrokerConfig":
+        if self.log_roll_ms_effective < 1:
+            raise ConfigError("log.roll.ms", self.log_roll_ms_effective, "log.roll.ms must be greater than or equal to 1")
+        if self.log_roll_jitter_ms_effective < 0:
+            raise ConfigError(
+                "log.roll.jitter.ms", self.log_roll_jitter_ms_effective, "log.roll.jitter.ms must be greater than or equal to 0"
+            )
+        if self.log_retention_ms_effective == 0:
+            raise ConfigError(
+                "log.retention.ms", 0, "log.retention.ms must be unlimited (-1) or, greater than or equal to 1"
+            )
+        if self.log_cleaner_min_compaction_lag_ms > self.log_cleaner_max_compaction_lag_ms:
+            raise ConfigError(
+                "log.cleaner.min.compaction.lag.ms",
+                self.log_cleaner_min_compaction_lag_ms,
+                f"conflict topic config setting min.compaction.lag.ms ({self.log_cleaner_min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({self.log_cleaner_max_compaction_lag_ms})",
+            )
+        return self
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self._sources:
+            self._sources = {k.name: "default" for k in BROKER_KEYS}
+            for attr in self.model_fields_set:
+                self._sources[_ATTRS[attr].name] = "override"
+
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def log_roll_ms_effective(self) -> int:
+        """``log.roll.ms`` if set, else ``log.roll.hours`` in ms (becomes ``segment.ms``)."""
+        if self.log_roll_ms is not None:
+            return self.log_roll_ms
+        return 60 * 60 * 1000 * self.log_roll_hours
+
+    @property
+    def log_roll_jitter_ms_effective(self) -> int:
+        if self.log_roll_jitter_ms is not None:
+            return self.log_roll_jitter_ms
+        return 60 * 60 * 1000 * self.log_roll_jitter_hours
+
+    @property
+    def log_retention_ms_effective(self) -> int:
+        """ms > minutes > hours; any negative result is -1 (unlimited)."""
+        if self.log_retention_ms is not None:
+            millis = self.log_retention_ms
+        elif self.log_retention_minutes is not None:
+            millis = 60 * 1000 * self.log_retention_minutes
+        else:
+            millis = 60 * 60 * 1000 * self.log_retention_hours
+        return -1 if millis < 0 else millis
+
+    @property
+    def log_flush_interval_ms_effective(self) -> int:
+        """``log.flush.interval.ms``, else ``log.flush.scheduler.interval.ms``."""
+        if self.log_flush_interval_ms is not None:
+            return self.log_flush_interval_ms
+        return self.log_flush_scheduler_interval_ms
+
+    @property
+    def log_message_timestamp_before_max_ms_effective(self) -> int:
+        v = self.log_message_timestamp_before_max_ms
+        return v if v != LONG_MAX else self.log_message_timestamp_difference_max_ms
+
+    @property
+    def log_message_timestamp_after_max_ms_effective(self) -> int:
+        v = self.log_message_timestamp_after_max_ms
+        return v if v != LONG_MAX else self.log_message_timestamp_difference_max_ms
+
+    def listener(self) -> tuple[str, int]:
+        """(host, port) of the first PLAINTEXT listener; an empty host means all
+        interfaces (returned as "0.0.0.0"); port 0 asks for an ephemeral port."""
+        for name, host, port in _parse_listener_list("listeners", self.listeners):
+            if name == "PLAINTEXT":
+                return (host or "0.0.0.0", port)
+        raise ConfigError("listeners", self.listeners, "must contain a PLAINTEXT listener")  # pragma: no cover
+
+    def advertised_listener(self) -> tuple[str, int]:
+        """(host, port) to advertise: the first PLAINTEXT ``advertised.listeners`` entry,
+        else the listener. A wildcard host (empty, 0.0.0.0, ::) becomes this machine's
+        canonical host name, as Kafka does for an empty host. Port 0 means "the port the
+        listener actually bound"."""
+        if self.advertised_listeners:
+            for name, host, port in _parse_listener_list("advertised.listeners", self.advertised_listeners):
+                if name == "PLAINTEXT":
+                    return (host or socket.getfqdn(), port)
+        host, port = self.listener()
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        return (host, port)
+
+    # ------------------------------------------------------------------ sources / describe
+
+    @classmethod
+    def from_layers(cls, layers: Iterable[tuple[str, Mapping[str, str]]]) -> "BrokerConfig":
+        """Build from ``[(source, {property: string value}), ...]`` (later layers win).
+        Unknown properties are collected in :attr:`unknown_properties`."""
+        merged: dict[str, Any] = {}
+        sources = {k.name: "default" for k in BROKER_KEYS}
+        unknown: dict[str, tuple[str, str]] = {}
+        ignored: dict[str, tuple[str, str]] = {}
+        for source, props in layers:
+            for name, value in props.items():
+                if name in _KEYS:
+                    merged[name] = value
+                    sources[name] = source
+                elif name in IGNORED_KAFKA_PROPERTIES:
+                    ignored[name] = (value, source)
+                else:
+                    unknown[name] = (value, source)
+        cfg = cls.model_validate(merged)
+        # log.dir fallback: log.dirs takes log.dir's source when only log.dir was given
+        if sources["log.dirs"] == "default" and sources["log.dir"] != "default":
+            sources["log.dirs"] = sources["log.dir"]
+        if sources["node.id"] == "default" and sources["broker.id"] != "default":
+            sources["node.id"] = sources["broker.id"]
+        cfg._sources = sources
+        cfg._unknown = unknown
+        cfg._ignored = ignored
+        return cfg
+
+    def source_of(self, name: str) -> str:
+        """"default" | "file" | "env" | "override" for a Kafka property name."""
+        if name not in _KEYS:
+            raise KeyError(name)
+        return self._sources.get(name, "default")
+
+    @property
+    def sources(self) -> dict[str, str]:
+        return dict(self._sources)
+
+    @property
+    def unknown_properties(self) -> dict[str, tuple[str, str]]:
+        """Unknown property name -> (value, source)."""
+        return dict(self._unknown)
+
+    @property
+    def ignored_properties(self) -> dict[str, tuple[str, str]]:
+        """Recognised Kafka properties that have no effect here -> (value, source)."""
+        return dict(self._ignored)
+
+    def explicit_properties(self) -> set[str]:
+        """Names whose value came from a file, env var or override (not a default)."""
+        return {n for n, s in self._sources.items() if s != "default"}
+
+    def get(self, name: str) -> Any:
+        """Value by Kafka property name."""
+        return getattr(self, _KEYS[name].attr)
+
+    def describe(self) -> list[tuple[str, Optional[str], str]]:
+        """``[(property, value as string or None, source)]`` sorted by property name."""
+        return [
+            (k.name, value_to_string(getattr(self, k.attr), k.type), self.source_of(k.name))
+            for k in sorted(BROKER_KEYS, key=lambda k: k.name)
+        ]
+
+    # ------------------------------------------------------------------ topic configs
+
+    @staticmethod
+    def topic_synonym(name: str) -> Optional[str]:
+        """Topic property -> its highest-priority broker property (``segment.ms`` ->
+        ``log.roll.ms``), or None for topic properties without a broker default."""
+        return TOPIC_CONFIG_SYNONYMS.get(canonical_topic_config_name(name))
+
+    def log_config_defaults(self) -> dict[str, Any]:
+        """Topic property -> this broker's default value (KafkaConfig.extractLogConfigMap)."""
+        values = {k.name: k.default for k in TOPIC_KEYS}
+        values.update(
+            {
+                "segment.bytes": self.log_segment_bytes,
+                "segment.ms": self.log_roll_ms_effective,
+                "segment.jitter.ms": self.log_roll_jitter_ms_effective,
+                "segment.index.bytes": self.log_index_size_max_bytes,
+                "flush.messages": self.log_flush_interval_messages,
+                "flush.ms": self.log_flush_interval_ms_effective,
+                "retention.bytes": self.log_retention_bytes,
+                "retention.ms": self.log_retention_ms_effective,
+                "max.message.bytes": self.message_max_bytes,
+                "index.interval.bytes": self.log_index_interval_bytes,
+                "delete.retention.ms": self.log_cleaner_delete_retention_ms,
+                "min.compaction.lag.ms": self.log_cleaner_min_compaction_lag_ms,
+                "max.compaction.lag.ms": self.log_cleaner_max_compaction_lag_ms,
+                "file.delete.delay.ms": self.log_segment_delete_delay_ms,
+                "min.cleanable.dirty.ratio": self.log_cleaner_min_cleanable_ratio,
+                "cleanup.policy": list(self.log_cleanup_policy),
+                "min.insync.replicas": self.min_insync_replicas,
+                "compression.type": self.compression_type,
+                "compression.gzip.level": self.compression_gzip_level,
+                "compression.lz4.level": self.compression_lz4_level,
+                "compression.zstd.level": self.compression_zstd_level,
+                "unclean.leader.election.enable": self.unclean_leader_election_enable,
+                "preallocate": self.log_preallocate,
+                "message.format.version": self.log_message_format_version,
+                "message.timestamp.type": self.log_message_timestamp_type,
+                "message.timestamp.difference.max.ms": self.log_message_timestamp_difference_max_ms,
+                "message.timestamp.before.max.ms": self.log_message_timestamp_before_max_ms_effective,
+                "message.timestamp.after.max.ms": self.log_message_timestamp_after_max_ms_effective,
+                "message.downconversion.enable": self.log_message_downconversion_enable,
+                "local.retention.ms": self.log_local_retention_ms,
+                "local.retention.bytes": self.log_local_retention_bytes,
+            }
+        )
+        return values
+
+    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
+        """Shortcut for ``TopicConfig.from_broker(self, overrides)``."""
+        return TopicConfig.from_broker(self, overrides or {})
+
+
+# ---------------------------------------------------------------------- loading
+
+
+def _parse_override(item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise ConfigError(item, None, "an override must look like key=value")
+    key, value = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(item, value, "an override must look like key=value")
+    return key, value
+
+
+def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    props: dict[str, str] = {}
+    unknown: dict[str, str] = {}
+    for var, value in env.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        prop = _ENV_TO_PROP.get(var)
+        if prop is None:
+            unknown[var] = value
+        else:
+            props[prop] = value
+    return props, unknown
+
+
+def load_broker_config(
+    properties_file: str | None = None,
+    overrides: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    *,
+    warn: bool = True,
+) -> BrokerConfig:
+    """Defaults < properties file < ``CHRONOLOG_*`` env vars < ``key=value`` overrides.
+
+    Raises :class:`ConfigError` for an invalid value (or an unreadable file). Unknown
+    properties are kept in ``cfg.unknown_properties`` and logged as warnings (unknown
+    ``CHRONOLOG_*`` variables appear there under their variable name)."""
+    if env is None:
+        env = os.environ
+    layers: list[tuple[str, Mapping[str, str]]] = []
+    if properties_file:
+        try:
+            layers.append(("file", load_properties(properties_file)))
+        except OSError as exc:
+            raise ConfigError("--config", properties_file, f"cannot read the properties file: {exc.strerror or exc}") from None
+    env_props, env_unknown = _env_layer(env)
+    layers.append(("env", env_props))
+    layers.append(("override", dict(_parse_override(o) for o in overrides)))
+    cfg = BrokerConfig.from_layers(layers)
+    for var, value in env_unknown.items():
+        cfg._unknown[var] = (value, "env")
+    if warn:
+        for name, (value, source) in cfg._unknown.items():
+            log.warning("The configuration '%s' (%s) was supplied but isn't a known config", name, source)
+        for name, (value, source) in cfg._ignored.items():
+            log.info("The Kafka configuration '%s' (%s) has no effect in Chronolog", name, source)
+    return cfg
