@@ -188,7 +188,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
                 return
         if remaining > 0:
-            data = fs.read_range(position, remaining)
+            data = type(fs)(fs.file, position, remaining).read()
             if len(data) != remaining:
                 # The file shrank under us (truncation): the response size is already on
                 # the wire, so the only honest thing is to close the connection.

@@ -42,7 +42,7 @@ def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
         log_start_offset=log_start,
         aborted_transactions=None,
         preferred_read_replica=-1,
-        records=None,
+        records=b"",
     )
 
 
@@ -76,11 +76,13 @@ def _read_all(ctx, version, request):
                 had_error = True
                 continue
             records = data.records
-            size = len(records) if records is not None else 0
-            if down_magic is not None and records is not None and size:
+            if records is None:
+                records = b""  # Kafka sends an empty record set, never null
+            size = len(records)
+            if down_magic is not None and size:
                 try:
-                    records = rec.down_convert(records.read(), down_magic, p.fetch_offset)
-                except (se.UnsupportedCompressionTypeError, rec.UnsupportedCompressionTypeError) as exc:
+                    records = rec.down_convert(records.read(), down_magic, first_offset=p.fetch_offset)
+                except rec.UnsupportedCompressionTypeError as exc:
                     log.info("fetch v%d of %s-%d: %s", version, t.topic, index, exc)
                     parts.append(
                         _partition_error(

@@ -97,8 +97,8 @@ def _offsets_before(ctx, plog, timestamp, max_num_offsets):
     """Kafka's legacy v0 answer: candidate (offset, mtime) pairs from the segments'
     base offsets and file mtimes plus (log end, now) when the active segment has data;
     return up to ``max_num_offsets`` offsets at or before ``timestamp``, newest first."""
-    pairs = [(max(seg.base_offset, plog.log_start_offset), seg.last_modified_ms()) for seg in plog.segments()]
-    if plog.segments() and plog.segments()[-1].size > 0:
+    pairs = [(max(seg.base_offset, plog.log_start_offset), seg.last_modified_ms()) for seg in plog.segments]
+    if plog.segments and plog.segments[-1].size > 0:
         pairs.append((plog.log_end_offset, ctx.clock.time_ms()))
     if not pairs:
         return []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from protocol import records as rec
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
@@ -18,7 +19,6 @@ from storage import errors as se
 
 log = logging.getLogger("chronolog.produce")
 
-_MAGIC_POS = 16  # magic byte position in both v2 batches and legacy messages
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 TopicResponse = ProduceResponse.TopicProduceResponse
 
@@ -70,14 +70,12 @@ def handle(ctx, header, request):
 def _append_one(ctx, lm, version, topic, partition, records):
     if records is None or len(records) == 0:
         return _error(partition, ErrorCode.INVALID_RECORD, "the partition's record set is empty")
-    if len(records) > _MAGIC_POS:
-        magic = records[_MAGIC_POS]
-        if version >= 3 and magic != 2:
-            return _error(
-                partition,
-                ErrorCode.INVALID_RECORD,
-                f"Produce v{version} requires record batches with magic 2, got magic {magic}",
-            )
+    try:
+        rec.check_produce_records(version, records)
+    except rec.RecordFormatError as exc:
+        code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE if isinstance(exc, rec.UnsupportedCompressionTypeError) else ErrorCode.INVALID_RECORD
+        log.info("rejected produce v%d to %s-%d: %s", version, topic, partition, exc)
+        return _error(partition, code, str(exc))
     try:
         plog = lm.get_log(topic, partition)
         info = plog.append(records)
