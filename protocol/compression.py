@@ -1,0 +1,310 @@
+"""Record-batch compression codecs (sans-IO).
+
+Codec ids are Kafka's: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+
+* gzip: RFC 1952 members written with zlib; reading accepts concatenated members.
+* snappy: written in the xerial block framing used by Java Kafka producers
+  (``\\x82SNAPPY\\x00`` + version 1 + compatible version 1, then
+  ``[int32 length][raw snappy block]`` chunks of 32 KiB input).  Reading accepts the
+  xerial framing and a bare raw snappy block (librdkafka may send either).
+* lz4: LZ4 frame format, 64 KiB independent blocks, no content size, no content
+  checksum (as KafkaLZ4BlockOutputStream).  ``legacy_lz4_checksum=True`` writes the
+  header checksum the broken way magic 0 messages used (xxh32 over the magic bytes too);
+  reading tolerates either header checksum.
+* zstd: one zstd frame; reading works when the frame lacks a content size.
+
+All decompression is bounded by ``max_size`` (default :data:`DEFAULT_MAX_DECOMPRESSED`)
+so a compression bomb raises :class:`CompressionError` instead of exhausting memory.
+Every failure raises :class:`CompressionError` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cramjam
+import lz4.frame
+import zstandard
+
+__all__ = [
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "CODEC_NAMES",
+    "DEFAULT_MAX_DECOMPRESSED",
+    "CompressionError",
+    "compress",
+    "decompress",
+]
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+
+#: Upper bound on the decompressed size of one batch / wrapper payload.  Kafka itself does
+#: not cap this; we do, so a tiny "zip bomb" cannot take the broker's memory.
+DEFAULT_MAX_DECOMPRESSED = 256 * 1024 * 1024
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+_I32 = struct.Struct(">i")
+_U32LE = struct.Struct("<I")
+
+
+class CompressionError(ValueError):
+    """Bad compressed data, an unknown codec, or output over the size bound."""
+
+
+# ---------------------------------------------------------------------------- xxh32
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _xxh32_short(data: bytes, seed: int = 0) -> int:
+    """xxHash32 (used only on LZ4 frame headers, so inputs are a few bytes)."""
+    n = len(data)
+    i = 0
+    if n >= 16:
+        v1 = (seed + _P1 + _P2) & _M32
+        v2 = (seed + _P2) & _M32
+        v3 = seed & _M32
+        v4 = (seed - _P1) & _M32
+        while i + 16 <= n:
+            a, b, c, d = struct.unpack_from("<4I", data, i)
+            v1 = (_rotl((v1 + a * _P2) & _M32, 13) * _P1) & _M32
+            v2 = (_rotl((v2 + b * _P2) & _M32, 13) * _P1) & _M32
+            v3 = (_rotl((v3 + c * _P2) & _M32, 13) * _P1) & _M32
+            v4 = (_rotl((v4 + d * _P2) & _M32, 13) * _P1) & _M32
+            i += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while i + 4 <= n:
+        (w,) = _U32LE.unpack_from(data, i)
+        h = (_rotl((h + w * _P3) & _M32, 17) * _P4) & _M32
+        i += 4
+    while i < n:
+        h = (_rotl((h + data[i] * _P5) & _M32, 11) * _P1) & _M32
+        i += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    h ^= h >> 16
+    return h
+
+
+# ---------------------------------------------------------------------------- gzip
+def _gzip_compress(data) -> bytes:
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return co.compress(data) + co.flush()
+
+
+def _bounded_zlib(data, wbits: int, max_size: int) -> bytes:
+    out = []
+    total = 0
+    buf = memoryview(data)
+    while True:
+        d = zlib.decompressobj(wbits)
+        chunk = buf
+        while True:
+            part = d.decompress(chunk, max_size + 1 - total)
+            total += len(part)
+            out.append(part)
+            if total > max_size:
+                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+            chunk = d.unconsumed_tail
+            if d.eof or not chunk:
+                break
+        if not d.eof:
+            raise CompressionError("truncated gzip data")
+        rest = d.unused_data
+        # concatenated gzip members (rare, but legal)
+        if rest and rest[:2] == b"\x1f\x8b":
+            buf = memoryview(rest)
+            continue
+        break
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------- snappy
+def _snappy_compress(data) -> bytes:
+    data = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for i in range(0, len(data), _XERIAL_BLOCK) if len(data) else ():
+        block = bytes(cramjam.snappy.compress_raw(data[i:i + _XERIAL_BLOCK]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_raw_decompress(block, max_size: int) -> bytes:
+    try:
+        n = cramjam.snappy.decompress_raw_len(block)
+    except Exception as e:  # noqa: BLE001 - cramjam raises its own error types
+        raise CompressionError(f"invalid snappy block: {e}") from None
+    if n > max_size:
+        raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except Exception as e:  # noqa: BLE001
+        raise CompressionError(f"invalid snappy block: {e}") from None
+
+
+def _snappy_decompress(data, max_size: int) -> bytes:
+    data = memoryview(data)
+    if bytes(data[:8]) == XERIAL_MAGIC and len(data) >= 16:
+        pos = 16
+        out = []
+        total = 0
+        end = len(data)
+        while pos < end:
+            if pos + 4 > end:
+                raise CompressionError("truncated xerial snappy block length")
+            (n,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise CompressionError(f"invalid xerial snappy block length {n}")
+            part = _snappy_raw_decompress(data[pos:pos + n], max_size - total)
+            total += len(part)
+            out.append(part)
+            pos += n
+        return b"".join(out)
+    return _snappy_raw_decompress(data, max_size)
+
+
+# ---------------------------------------------------------------------------- lz4
+def _lz4_compress(data, legacy_checksum: bool = False) -> bytes:
+    out = lz4.frame.compress(
+        bytes(data),
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
+    if legacy_checksum:
+        # magic 0 (KafkaLZ4BlockOutputStream with useBrokenFlagDescriptorChecksum):
+        # header checksum computed over magic + FLG + BD instead of FLG + BD.
+        flg_end = 6  # magic(4) FLG BD; no content size since store_size=False
+        hc = (_xxh32_short(out[:flg_end]) >> 8) & 0xFF
+        out = out[:flg_end] + bytes([hc]) + out[flg_end + 1:]
+    return out
+
+
+def _lz4_decompress(data, max_size: int) -> bytes:
+    """Decode an LZ4 frame, tolerating Kafka's legacy (magic 0) header checksum."""
+    data = bytes(data)
+    if len(data) < 7 or data[:4] != _LZ4_MAGIC:
+        raise CompressionError("invalid lz4 frame magic")
+    flg = data[4]
+    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if hc_pos >= len(data):
+        raise CompressionError("truncated lz4 frame header")
+    good = (_xxh32_short(data[4:hc_pos]) >> 8) & 0xFF
+    if data[hc_pos] != good:
+        legacy = (_xxh32_short(data[:hc_pos]) >> 8) & 0xFF
+        if data[hc_pos] != legacy:
+            raise CompressionError("lz4 frame header checksum mismatch")
+        data = data[:hc_pos] + bytes([good]) + data[hc_pos + 1:]
+    d = lz4.frame.LZ4FrameDecompressor()
+    out = []
+    total = 0
+    chunk = data
+    while True:
+        part = d.decompress(chunk, max_length=max_size + 1 - total)
+        total += len(part)
+        if total > max_size:
+            raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+        out.append(part)
+        if d.eof:
+            break
+        if d.needs_input:
+            raise CompressionError("truncated lz4 frame")
+        chunk = b""
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------- zstd
+_ZSTD_C = zstandard.ZstdCompressor(level=3)
+_ZSTD_D = zstandard.ZstdDecompressor()
+
+
+def _zstd_decompress(data, max_size: int) -> bytes:
+    try:
+        params = zstandard.get_frame_parameters(data)
+        if params.content_size and params.content_size != zstandard.CONTENTSIZE_UNKNOWN:
+            if params.content_size > max_size:
+                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+        dobj = _ZSTD_D.decompressobj()
+        out = []
+        total = 0
+        buf = bytes(data)
+        # decompressobj has no output bound, so feed it in slices to stop early on bombs
+        step = 64 * 1024
+        for i in range(0, len(buf), step):
+            part = dobj.decompress(buf[i:i + step])
+            total += len(part)
+            if total > max_size:
+                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+            out.append(part)
+            if dobj.eof:
+                break
+        if not dobj.eof:
+            raise CompressionError("truncated zstd frame")
+        return b"".join(out)
+    except zstandard.ZstdError as e:
+        raise CompressionError(f"invalid zstd data: {e}") from None
+
+
+# ---------------------------------------------------------------------------- public
+def compress(codec: int, data, *, legacy_lz4_checksum: bool = False) -> bytes:
+    """Compress ``data`` with Kafka codec id ``codec``."""
+    if codec == GZIP:
+        return _gzip_compress(data)
+    if codec == SNAPPY:
+        return _snappy_compress(data)
+    if codec == LZ4:
+        return _lz4_compress(data, legacy_lz4_checksum)
+    if codec == ZSTD:
+        return _ZSTD_C.compress(bytes(data))
+    if codec == NONE:
+        return bytes(data)
+    raise CompressionError(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data, *, max_size: int | None = None) -> bytes:
+    """Decompress ``data`` (bytes-like) with Kafka codec id ``codec``.
+
+    Raises :class:`CompressionError` on malformed input, an unknown codec, or output
+    larger than ``max_size`` (default :data:`DEFAULT_MAX_DECOMPRESSED`).
+    """
+    if max_size is None:
+        max_size = DEFAULT_MAX_DECOMPRESSED
+    try:
+        if codec == GZIP:
+            return _bounded_zlib(data, 47, max_size)  # 32+15: gzip or zlib header
+        if codec == SNAPPY:
+            return _snappy_decompress(data, max_size)
+        if codec == LZ4:
+            return _lz4_decompress(data, max_size)
+        if codec == ZSTD:
+            return _zstd_decompress(data, max_size)
+        if codec == NONE:
+            return bytes(data)
+    except CompressionError:
+        raise
+    except (zlib.error, ValueError, TypeError, struct.error, RuntimeError) as e:
+        raise CompressionError(f"invalid {CODEC_NAMES.get(codec, codec)} data: {e}") from None
+    raise CompressionError(f"unknown compression codec {codec}")
