@@ -1,0 +1,333 @@
+"""All partition logs of the broker, across ``log.dirs``, plus topic metadata.
+
+On disk, per log dir:
+
+* ``<topic>-<partition>/``: one :class:`storage.log.Log` each;
+* ``__chronolog_topics.json``: the topic metadata, the same document in every log dir
+  (the one with the highest ``generation`` wins at startup)::
+
+      {"version": 1, "generation": 7,
+       "topics": {"events": {"topic_id": "<uuid4>", "partitions": 3,
+                             "configs": {"retention.ms": "86400000"}}}}
+
+  written atomically: temp file, fsync, rename over the old file, fsync the directory;
+* ``<topic>-<partition>.<uuid hex>-delete/``: a partition being deleted (removed at
+  startup if a crash interrupted the deletion).
+
+New partitions go to the log dir holding the fewest partitions (ties: the order of
+``log.dirs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.log import Log, parse_topic_partition_dir
+
+__all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
+
+logger = logging.getLogger(__name__)
+
+TOPICS_FILE = "__chronolog_topics.json"
+_METADATA_VERSION = 1
+_MAX_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_DELETE_DIR = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    config: Any
+    overrides: dict[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: raises InvalidTopicError."""
+    if not isinstance(name, str) or name == "":
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"Topic name cannot be \".\" or \"..\" (got {name!r})")
+    if len(name) > _MAX_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {_MAX_NAME_LENGTH} characters, "
+            f"topic name: {name}")
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII "
+            f"alphanumerics, '.', '_' and '-'")
+
+
+def _unify(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _default_topic_config_factory(broker_config, overrides: dict[str, str]):
+    from config import TopicConfig  # imported late: config/ is written concurrently
+
+    return TopicConfig.from_broker(broker_config, overrides)
+
+
+class LogManager:
+    def __init__(self, broker_config, clock, *,
+                 topic_config_factory: Callable[[Any, dict[str, str]], Any] | None = None):
+        self.broker_config = broker_config
+        self.clock = clock
+        self._topic_config = topic_config_factory or _default_topic_config_factory
+        dirs = list(getattr(broker_config, "log_dirs", None) or [])
+        if not dirs:
+            raise ValueError("broker config has no log_dirs")
+        self.log_dirs = [os.path.abspath(d) for d in dirs]
+        self._topics: dict[str, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._generation = 0
+        self._started = False
+
+    # ------------------------------------------------------------------ startup / shutdown
+    def startup(self) -> None:
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        meta = self._read_metadata()
+        found: dict[tuple[str, int], str] = {}
+        for d in self.log_dirs:
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path):
+                    continue
+                if _DELETE_DIR.match(name):
+                    logger.info("removing partition directory left by an interrupted delete: %s", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                tp = parse_topic_partition_dir(name)
+                if tp is None:
+                    continue
+                if tp in found:
+                    logger.error("partition %s-%d found in two log dirs (%s and %s); using the first",
+                                 tp[0], tp[1], found[tp], path)
+                    continue
+                found[tp] = path
+        for name, entry in meta.items():
+            overrides = {str(k): str(v) for k, v in (entry.get("configs") or {}).items()}
+            info = TopicInfo(name=name, topic_id=uuid.UUID(entry["topic_id"]),
+                             num_partitions=int(entry["partitions"]),
+                             config=self._topic_config(self.broker_config, overrides),
+                             overrides=overrides)
+            self._topics[name] = info
+            for p in range(info.num_partitions):
+                path = found.pop((name, p), None)
+                if path is None:
+                    path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+                    logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
+                self._logs[(name, p)] = Log(path, info.config, self.clock, topic=name, partition=p)
+        for (topic, p), path in found.items():
+            logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
+                           path, topic, p, TOPICS_FILE)
+        self._started = True
+
+    def shutdown(self) -> None:
+        """Flush and cleanly close every log (indexes trimmed)."""
+        errors = []
+        for log in self._logs.values():
+            try:
+                if not log.closed:
+                    log.flush()
+                    log.close()
+            except Exception as e:  # pragma: no cover - keep closing the others
+                logger.exception("error closing %r", log)
+                errors.append(e)
+        self._logs.clear()
+        self._topics.clear()
+        self._started = False
+        if errors:
+            raise errors[0]
+
+    # ------------------------------------------------------------------ topics
+    def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._topics)
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicExistsError(f"Topic '{name}' already exists.")
+        unified = _unify(name)
+        for other in self._topics:
+            if _unify(other) == unified:
+                raise InvalidTopicError(
+                    f"Topic '{name}' collides with existing topic: {other}")
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"number of partitions must be >= 1, got {partitions}")
+        overrides = {str(k): str(v) for k, v in (configs or {}).items()}
+        topic_config = self._topic_config(self.broker_config, overrides)  # validates
+        info = TopicInfo(name=name, topic_id=uuid.uuid4(), num_partitions=partitions,
+                         config=topic_config, overrides=overrides)
+        created = []
+        try:
+            for p in range(partitions):
+                path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+                log = Log(path, topic_config, self.clock, topic=name, partition=p)
+                self._logs[(name, p)] = log
+                created.append(log)
+            self._topics[name] = info
+            self._write_metadata()
+        except BaseException:
+            self._topics.pop(name, None)
+            for log in created:
+                self._logs.pop((name, log.partition), None)
+                log.delete()
+            raise
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        logs = [self._logs.pop((name, p)) for p in range(info.num_partitions) if (name, p) in self._logs]
+        renamed = []
+        for log in logs:
+            log.close_handlers()
+            target = f"{log.dir}.{uuid.uuid4().hex}-delete"
+            try:
+                os.rename(log.dir, target)
+                renamed.append(target)
+            except FileNotFoundError:
+                pass
+        del self._topics[name]
+        self._write_metadata()
+        for path in renamed:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def set_topic_config(self, name: str, overrides: dict[str, str]) -> TopicInfo:
+        """Replace the topic's override set (validated), persist it, apply it to its logs."""
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        overrides = {str(k): str(v) for k, v in (overrides or {}).items()}
+        new_config = self._topic_config(self.broker_config, overrides)
+        old = (info.config, info.overrides)
+        info.config, info.overrides = new_config, overrides
+        try:
+            self._write_metadata()
+        except BaseException:
+            info.config, info.overrides = old
+            raise
+        for p in range(info.num_partitions):
+            log = self._logs.get((name, p))
+            if log is not None:
+                log.update_config(new_config)
+        return info
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartitionError(
+                f"This server does not host this topic-partition: {topic}-{partition}")
+        return log
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    # ------------------------------------------------------------------ flushing
+    def flush_due(self) -> int:
+        """Periodic flush policy: rolled segments, and ``flush.ms`` per log.  Returns logs flushed."""
+        now = self.clock.monotonic_ms()
+        flushed = 0
+        for log in self._logs.values():
+            if log.closed:
+                continue
+            did = log.flush_rolled_segments()
+            flush_ms = getattr(log.config, "flush_ms", None)
+            if (flush_ms is not None and log.unflushed_messages > 0
+                    and now - log.last_flush_ms >= flush_ms):
+                log.flush()
+                did = True
+            flushed += did
+        return flushed
+
+    def flush_all(self) -> None:
+        for log in self._logs.values():
+            if not log.closed:
+                log.flush()
+
+    # ------------------------------------------------------------------ internals
+    def _next_log_dir(self) -> str:
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = {d: 0 for d in self.log_dirs}
+        for log in self._logs.values():
+            parent = os.path.dirname(os.path.abspath(log.dir))
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
+
+    def _read_metadata(self) -> dict[str, dict]:
+        best = None
+        for d in self.log_dirs:
+            path = os.path.join(d, TOPICS_FILE)
+            try:
+                with open(path, "rb") as f:
+                    doc = json.loads(f.read())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                logger.error("cannot read %s: %s", path, e)
+                continue
+            if not isinstance(doc, dict) or doc.get("version") != _METADATA_VERSION:
+                logger.error("ignoring %s: unknown format", path)
+                continue
+            if best is None or doc.get("generation", 0) > best.get("generation", 0):
+                best = doc
+        for d in self.log_dirs:  # leftovers of an interrupted write
+            tmp = os.path.join(d, TOPICS_FILE + ".tmp")
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        if best is None:
+            return {}
+        self._generation = int(best.get("generation", 0))
+        return dict(best.get("topics") or {})
+
+    def _write_metadata(self) -> None:
+        self._generation += 1
+        doc = {
+            "version": _METADATA_VERSION,
+            "generation": self._generation,
+            "topics": {
+                name: {"topic_id": str(info.topic_id), "partitions": info.num_partitions,
+                       "configs": dict(sorted(info.overrides.items()))}
+                for name, info in sorted(self._topics.items())
+            },
+        }
+        data = json.dumps(doc, indent=1, sort_keys=False).encode()
+        for d in self.log_dirs:
+            _atomic_write(os.path.join(d, TOPICS_FILE), data)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,225 @@
+import json
+import os
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from storage.clock import ManualClock
+from storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.log_manager import TOPICS_FILE, LogManager, validate_topic_name
+from tests.unit.test_log_helpers import append, build_batch, topic_config
+
+
+def factory(broker, overrides):
+    kw = {}
+    if "segment.bytes" in overrides:
+        kw["segment_bytes"] = int(overrides["segment.bytes"])
+    if "flush.ms" in overrides:
+        kw["flush_ms"] = int(overrides["flush.ms"])
+    if "bogus" in overrides:
+        raise ValueError("unknown config bogus")
+    kw.setdefault("segment_index_bytes", 1200)
+    return topic_config(**kw)
+
+
+def manager(dirs, clock=None):
+    broker = SimpleNamespace(log_dirs=[str(d) for d in dirs])
+    m = LogManager(broker, clock or ManualClock(1_000_000), topic_config_factory=factory)
+    m.startup()
+    return m
+
+
+def test_create_topic_and_get_log(tmp_path):
+    m = manager([tmp_path])
+    info = m.create_topic("events", 3, {"segment.bytes": "5000"})
+    assert info.name == "events" and info.num_partitions == 3
+    assert isinstance(info.topic_id, uuid.UUID) and info.topic_id.version == 4
+    assert info.config.segment_bytes == 5000 and info.overrides == {"segment.bytes": "5000"}
+    assert sorted(os.listdir(tmp_path)) == [TOPICS_FILE, "events-0", "events-1", "events-2"]
+    log = m.get_log("events", 2)
+    assert log.topic == "events" and log.partition == 2
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.get_log("events", 3)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.get_log("nope", 0)
+    assert m.get_topic("events") is info and m.get_topic("nope") is None
+    assert list(m.topics()) == ["events"]
+    m.shutdown()
+
+
+def test_topic_name_validation(tmp_path):
+    m = manager([tmp_path])
+    for bad in ["", ".", "..", "a" * 250, "bad name", "bad/name", "ünï"]:
+        with pytest.raises(InvalidTopicError):
+            m.create_topic(bad, 1)
+    validate_topic_name("a" * 249)
+    validate_topic_name("Ok.name_with-all.0")
+    m.create_topic("a.b", 1)
+    with pytest.raises(TopicExistsError):
+        m.create_topic("a.b", 1)
+    with pytest.raises(InvalidTopicError, match="collides"):
+        m.create_topic("a_b", 1)
+    with pytest.raises(ValueError):
+        m.create_topic("bad-config", 1, {"bogus": "1"})
+    assert m.get_topic("bad-config") is None and not os.path.exists(tmp_path / "bad-config-0")
+    m.shutdown()
+
+
+def test_topics_persist_across_restarts(tmp_path):
+    m = manager([tmp_path])
+    info = m.create_topic("t1", 2, {"segment.bytes": "4000"})
+    m.create_topic("t2", 1)
+    for i in range(5):
+        append(m.get_log("t1", 1), [build_batch([(1000 + i, b"v")])])
+    m.shutdown()
+    doc = json.loads((tmp_path / TOPICS_FILE).read_text())
+    assert doc["topics"]["t1"] == {"topic_id": str(info.topic_id), "partitions": 2,
+                                   "configs": {"segment.bytes": "4000"}}
+    m = manager([tmp_path])
+    assert sorted(m.topics()) == ["t1", "t2"]
+    t1 = m.get_topic("t1")
+    assert t1.topic_id == info.topic_id and t1.num_partitions == 2
+    assert t1.config.segment_bytes == 4000
+    log = m.get_log("t1", 1)
+    assert log.log_end_offset == 5
+    assert log.offset_for_timestamp(1003) == (3, 1003)
+    assert m.get_log("t1", 0).log_end_offset == 0
+    m.shutdown()
+
+
+def test_delete_topic(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("gone", 2)
+    m.create_topic("kept", 1)
+    append(m.get_log("gone", 0), [build_batch([(1, b"v")])])
+    m.delete_topic("gone")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.delete_topic("gone")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.get_log("gone", 0)
+    assert sorted(os.listdir(tmp_path)) == [TOPICS_FILE, "kept-0"]
+    m.shutdown()
+    m = manager([tmp_path])
+    assert list(m.topics()) == ["kept"]
+    # a topic of the same name can be created again, empty
+    m.create_topic("gone", 1)
+    assert m.get_log("gone", 0).log_end_offset == 0
+    m.shutdown()
+
+
+def test_interrupted_delete_dirs_removed_and_orphans_ignored(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("k", 1)
+    m.shutdown()
+    (tmp_path / f"x-0.{uuid.uuid4().hex}-delete").mkdir()
+    (tmp_path / "orphan-0").mkdir()
+    m = manager([tmp_path])
+    assert not any(n.endswith("-delete") for n in os.listdir(tmp_path))
+    assert (tmp_path / "orphan-0").exists()
+    assert list(m.topics()) == ["k"]
+    m.shutdown()
+
+
+def test_multiple_log_dirs_fewest_partitions(tmp_path):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    m = manager([d1, d2])
+    m.create_topic("a", 3)
+    m.create_topic("b", 1)
+    in1 = sorted(n for n in os.listdir(d1) if n != TOPICS_FILE)
+    in2 = sorted(n for n in os.listdir(d2) if n != TOPICS_FILE)
+    assert in1 == ["a-0", "a-2"] and in2 == ["a-1", "b-0"]
+    assert (d1 / TOPICS_FILE).exists() and (d2 / TOPICS_FILE).exists()
+    append(m.get_log("a", 1), [build_batch([(7, b"v")])])
+    m.shutdown()
+    m = manager([d1, d2])
+    assert m.get_log("a", 1).log_end_offset == 1
+    assert os.path.dirname(m.get_log("a", 1).dir) == str(d2)
+    m.shutdown()
+
+
+def test_metadata_highest_generation_wins(tmp_path):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    m = manager([d1, d2])
+    m.create_topic("a", 1)
+    m.shutdown()
+    stale = (d1 / TOPICS_FILE).read_text()
+    m = manager([d1, d2])
+    m.create_topic("b", 1)
+    m.shutdown()
+    (d1 / TOPICS_FILE).write_text(stale)  # d1 missed the last write
+    m = manager([d1, d2])
+    assert sorted(m.topics()) == ["a", "b"]
+    m.shutdown()
+
+
+def test_set_topic_config_persists_and_applies(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("c", 2)
+    info = m.set_topic_config("c", {"segment.bytes": "3000"})
+    assert info.config.segment_bytes == 3000
+    assert m.get_log("c", 1).config.segment_bytes == 3000
+    with pytest.raises(ValueError):
+        m.set_topic_config("c", {"bogus": "x"})
+    assert m.get_topic("c").overrides == {"segment.bytes": "3000"}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.set_topic_config("nope", {})
+    m.shutdown()
+    m = manager([tmp_path])
+    assert m.get_topic("c").overrides == {"segment.bytes": "3000"}
+    assert m.get_log("c", 0).config.segment_bytes == 3000
+    m.shutdown()
+
+
+def test_flush_due_flush_ms(tmp_path):
+    clock = ManualClock(0)
+    m = manager([tmp_path], clock)
+    m.create_topic("f", 1, {"flush.ms": "1000"})
+    m.create_topic("g", 1)
+    lf, lg = m.get_log("f", 0), m.get_log("g", 0)
+    append(lf, [build_batch([(1, b"v")])])
+    append(lg, [build_batch([(1, b"v")])])
+    assert m.flush_due() == 0
+    clock.advance(999)
+    assert m.flush_due() == 0
+    clock.advance(1)
+    assert m.flush_due() == 1
+    assert lf.recovery_point == 1 and lg.recovery_point == 0
+    m.shutdown()
+
+
+def test_shutdown_trims_indexes_and_restart_after_kill(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("s", 1)
+    log = m.get_log("s", 0)
+    for i in range(20):
+        append(log, [build_batch([(100 + i, b"v" * 300)])])
+    idx = log.active_segment.offset_index_path
+    assert os.path.getsize(idx) == 1200
+    # kill: no shutdown; a new manager on the same directory sees every batch
+    m2 = manager([tmp_path])
+    log2 = m2.get_log("s", 0)
+    assert log2.log_end_offset == 20
+    assert os.path.getsize(idx) == 1200  # active again: preallocated
+    m2.shutdown()
+    entries = log2.active_segment.offset_index.entries
+    assert entries > 0 and os.path.getsize(idx) == 8 * entries
+    log.close_handlers()
+
+
+def test_real_config_classes(tmp_path):
+    config = pytest.importorskip("config")
+    broker = config.load_broker_config(None, [f"log.dirs={tmp_path}", "log.segment.bytes=2000"], env={})
+    m = LogManager(broker, ManualClock(0))
+    m.startup()
+    info = m.create_topic("real", 1, {"segment.index.bytes": "4096"})
+    assert info.config.segment_bytes == 2000 and info.config.segment_index_bytes == 4096
+    log = m.get_log("real", 0)
+    for i in range(30):
+        append(log, [build_batch([(i, b"v" * 100)])])
+    assert len(log.segments) > 1
+    m.shutdown()
+    m = LogManager(broker, ManualClock(0))
+    m.startup()
+    assert m.get_log("real", 0).log_end_offset == 30
+    m.shutdown()
