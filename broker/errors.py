@@ -12,6 +12,7 @@ log = logging.getLogger("chronolog.errors")
 _CODES: list[tuple[type, ErrorCode]] = [
     (se.UnknownTopicOrPartitionError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     (se.TopicExistsError, ErrorCode.TOPIC_ALREADY_EXISTS),
+    (se.InvalidPartitionsError, ErrorCode.INVALID_PARTITIONS),
     (se.InvalidTopicError, ErrorCode.INVALID_TOPIC_EXCEPTION),
     (se.InvalidRecordError, ErrorCode.INVALID_RECORD),
     (se.CorruptRecordError, ErrorCode.CORRUPT_MESSAGE),

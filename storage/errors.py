@@ -83,3 +83,7 @@ class InvalidRequestError(StorageError):
 
 class KafkaStorageError(StorageError):
     """An I/O failure of the log directory (KAFKA_STORAGE_ERROR)."""
+
+
+class InvalidPartitionsError(StorageError):
+    """A partition count that is not allowed (zero, negative)."""

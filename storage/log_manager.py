@@ -29,7 +29,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from storage.log import Log, parse_topic_partition_dir
 
 __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
@@ -158,7 +163,10 @@ class LogManager:
     def get_topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def validate_new_topic(self, name: str, partitions: int,
+                           configs: dict[str, str] | None = None) -> TopicInfo:
+        """Every check ``create_topic`` makes, without creating anything (CreateTopics
+        validate_only). Returns the TopicInfo the topic would get."""
         validate_topic_name(name)
         if name in self._topics:
             raise TopicExistsError(f"Topic '{name}' already exists.")
@@ -168,11 +176,15 @@ class LogManager:
                 raise InvalidTopicError(
                     f"Topic '{name}' collides with existing topic: {other}")
         if not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f"number of partitions must be >= 1, got {partitions}")
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, got {partitions}.")
         overrides = {str(k): str(v) for k, v in (configs or {}).items()}
         topic_config = self._topic_config(self.broker_config, overrides)  # validates
-        info = TopicInfo(name=name, topic_id=uuid.uuid4(), num_partitions=partitions,
+        return TopicInfo(name=name, topic_id=uuid.uuid4(), num_partitions=partitions,
                          config=topic_config, overrides=overrides)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        info = self.validate_new_topic(name, partitions, configs)
+        topic_config = info.config
         created = []
         try:
             for p in range(partitions):

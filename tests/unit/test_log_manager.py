@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from storage.clock import ManualClock
-from storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import InvalidPartitionsError, InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
 from storage.log_manager import TOPICS_FILE, LogManager, validate_topic_name
 from tests.unit.test_log_helpers import append, build_batch, topic_config
 
@@ -62,6 +62,11 @@ def test_topic_name_validation(tmp_path):
         m.create_topic("a_b", 1)
     with pytest.raises(ValueError):
         m.create_topic("bad-config", 1, {"bogus": "1"})
+    with pytest.raises(InvalidPartitionsError):
+        m.create_topic("no-partitions", 0)
+    info = m.validate_new_topic("only-validated", 3, {"segment.bytes": "2000"})
+    assert info.num_partitions == 3 and info.config.segment_bytes == 2000
+    assert m.get_topic("only-validated") is None and not os.path.exists(tmp_path / "only-validated-0")
     assert m.get_topic("bad-config") is None and not os.path.exists(tmp_path / "bad-config-0")
     m.shutdown()
 
