@@ -1,0 +1,387 @@
+"""Sans-IO Kafka request/response codec.
+
+Frames are the bytes *after* the 4-byte size prefix for the decoders
+(``decode_request(frame)``, ``decode_request_header(frame)``,
+``decode_response(api_key, version, frame)``); the encoders include the size prefix
+(``encode_request`` returns ``bytes``, ``encode_response`` a list of chunks).
+
+Encoders/decoders are generated Python source per (message, version), compiled lazily
+and cached (see :mod:`protocol._codegen`).  ``records`` fields decode to a zero-copy
+``memoryview`` slice of the frame (or ``None``).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import struct
+from typing import Any, Iterable
+
+from . import schema as _schema
+from ._codegen import (
+    CodecError,
+    DecodeError,
+    EncodeError,
+    INLINE_RECORDS_MAX,
+    KafkaStruct,
+    get_class,
+    get_decoder,
+    get_encoder,
+)
+
+__all__ = [
+    "API_KEYS",
+    "ApiKey",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "UnsupportedVersionError",
+    "request_header_version",
+    "response_header_version",
+    "decode_request_header",
+    "decode_request",
+    "encode_request",
+    "decode_response",
+    "encode_response",
+    "encode_response_bytes",
+    "encode_body",
+    "decode_body",
+    "request_class",
+    "response_class",
+    "valid_versions",
+    "is_flexible",
+    "INLINE_RECORDS_MAX",
+]
+
+
+class UnsupportedVersionError(CodecError):
+    """Unknown api key, or a version outside the schema's validVersions.
+
+    ``header`` is the decoded :class:`RequestHeader` (``None`` when raised by an encoder);
+    ``api_key`` and ``api_version`` are always set.
+    """
+
+    def __init__(self, message: str, header: Any = None, api_key: int | None = None,
+                 api_version: int | None = None) -> None:
+        super().__init__(message)
+        self.header = header
+        self.api_key = header.api_key if header is not None else api_key
+        self.api_version = header.api_version if header is not None else api_version
+
+
+# ---------------------------------------------------------------------------------------
+# API keys (scanned from the schema files without parsing them all)
+
+_API_KEY_RE = re.compile(r'"apiKey"\s*:\s*(\d+)')
+
+
+def _scan_api_keys() -> dict[int, str]:
+    keys: dict[int, str] = {}
+    for name in _schema.message_names():
+        if not name.endswith("Request"):
+            continue
+        with open(os.path.join(_schema.SCHEMA_DIR, name + ".json"), encoding="utf-8") as fh:
+            text = _schema.strip_comments(fh.read())
+        m = _API_KEY_RE.search(text)
+        if m and '"type": "request"' in text.replace("  ", " "):
+            keys[int(m.group(1))] = name[: -len("Request")]
+    return dict(sorted(keys.items()))
+
+
+#: api key -> API name as in the schema file names without the Request suffix
+#: (0 -> "Produce", 18 -> "ApiVersions", ...)
+API_KEYS: dict[int, str] = _scan_api_keys()
+
+ApiKey = enum.IntEnum(  # type: ignore[misc]
+    "ApiKey", [(_schema.snake_case(n).upper(), k) for k, n in API_KEYS.items()], module=__name__
+)
+ApiKey.__doc__ = "Kafka API keys (PRODUCE=0, FETCH=1, ..., API_VERSIONS=18, ...)."
+
+_REQ_NAMES = {k: n + "Request" for k, n in API_KEYS.items()}
+_RESP_NAMES = {k: n + "Response" for k, n in API_KEYS.items()}
+_API_VERSIONS = 18
+_CONTROLLED_SHUTDOWN = 7
+
+_S_hh = struct.Struct(">hh")
+_S_i = struct.Struct(">i")
+
+
+def request_class(api_key: int) -> type:
+    return get_class(_REQ_NAMES[api_key])
+
+
+def response_class(api_key: int) -> type:
+    return get_class(_RESP_NAMES[api_key])
+
+
+def valid_versions(api_key: int) -> _schema.Versions:
+    """The request schema's validVersions for ``api_key`` (KeyError if unknown)."""
+    return _schema.load_message(_REQ_NAMES[api_key]).valid_versions
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return api_version in _schema.load_message(_REQ_NAMES[api_key]).flexible_versions
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """2 for flexible versions, 1 otherwise; 0 only for ControlledShutdown v0."""
+    if api_key == _CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    name = _REQ_NAMES.get(api_key)
+    if name is None:
+        return 1
+    return 2 if api_version in _schema.load_message(name).flexible_versions else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """1 for flexible versions, 0 otherwise; always 0 for ApiVersions (KIP-511)."""
+    if api_key == _API_VERSIONS:
+        return 0
+    name = _RESP_NAMES.get(api_key)
+    if name is None:
+        return 0
+    return 1 if api_version in _schema.load_message(name).flexible_versions else 0
+
+
+# ---------------------------------------------------------------------------------------
+# Generic body encode/decode with error translation
+
+
+def _as_view(frame: Any) -> memoryview:
+    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, MemoryError)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, DecodeError):
+        return str(exc)
+    if isinstance(exc, (struct.error, IndexError)):
+        return "truncated input"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"invalid UTF-8 ({exc.reason})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _decode(name: str, version: int, buf: memoryview, pos: int) -> tuple[Any, int]:
+    fn = get_decoder(name, version)
+    try:
+        return fn(buf, pos)
+    except _DECODE_ERRORS as exc:
+        trace = ["<start>"]
+        try:
+            get_decoder(name, version, True)(buf, pos, trace)
+        except _DECODE_ERRORS as exc2:
+            exc = exc2
+        raise DecodeError(
+            f"malformed {name} v{version} at field {trace[0]}: {_reason(exc)}"
+        ) from None
+
+
+def _encode(name: str, version: int, body: Any, out: bytearray, chunks: list) -> bytearray:
+    start = len(out)
+    nchunks = len(chunks)
+    try:
+        return get_encoder(name, version)(body, out, chunks)
+    except EncodeError as exc:
+        err: BaseException = exc
+    except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as exc:
+        err = exc
+    del out[start:]
+    del chunks[nchunks:]
+    trace = ["<start>"]
+    try:
+        get_encoder(name, version, True)(body, bytearray(), [], trace)
+    except Exception as exc2:  # noqa: BLE001 - re-raised as EncodeError below
+        err = exc2
+    raise EncodeError(f"cannot encode {name} v{version} field {trace[0]}: {type(err).__name__}: {err}") from None
+
+
+def _check_body(name: str, body: Any) -> None:
+    cls = get_class(name)
+    if type(body) is not cls:
+        raise EncodeError(f"expected a {name} instance, got {type(body).__qualname__}")
+
+
+def encode_body(body: KafkaStruct, version: int) -> bytes:
+    """Encode any generated message (request, response, header or data) without a
+    header or size prefix.  External records objects are read with ``read()``."""
+    name = type(body).SCHEMA.name  # type: ignore[union-attr]
+    spec = _schema.load_message(name)
+    if version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"{name} has no version {version} (valid {spec.valid_versions})",
+            api_key=spec.api_key, api_version=version,
+        )
+    chunks: list = []
+    out = _encode(name, version, body, bytearray(), chunks)
+    chunks.append(out)
+    return _join(chunks)
+
+
+def decode_body(message: str | type, version: int, buf: Any, pos: int = 0) -> tuple[Any, int]:
+    """Decode a message body (no header) of ``message`` (name or generated class) from
+    ``buf[pos:]``; returns ``(obj, end_pos)``."""
+    name = message if isinstance(message, str) else message.SCHEMA.name  # type: ignore[union-attr]
+    spec = _schema.load_message(name)
+    if version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"{name} has no version {version} (valid {spec.valid_versions})",
+            api_key=spec.api_key, api_version=version,
+        )
+    return _decode(name, version, _as_view(buf), pos)
+
+
+def _join(chunks: Iterable[Any]) -> bytes:
+    parts = []
+    for c in chunks:
+        if isinstance(c, (bytes, bytearray, memoryview)):
+            parts.append(c)
+        elif hasattr(c, "read"):
+            data = c.read()
+            if len(data) != len(c):
+                raise EncodeError(f"external chunk {c!r} read {len(data)} bytes, expected {len(c)}")
+            parts.append(data)
+        else:
+            raise TypeError(f"cannot join external chunk {c!r} (no read())")
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# Requests
+
+
+def decode_request_header(frame: Any) -> tuple[Any, int]:
+    """``(RequestHeader, body_offset)`` for any api key and version.
+
+    For a known api key and flexible version the header's tagged fields are skipped
+    (header v2); for ControlledShutdown v0 it is header v0; otherwise v1.
+    """
+    mv = _as_view(frame)
+    try:
+        api_key, api_version = _S_hh.unpack_from(mv, 0)
+    except struct.error:
+        raise DecodeError(f"request header truncated ({len(mv)} bytes)") from None
+    hv = 1
+    name = _REQ_NAMES.get(api_key)
+    if name is not None and api_version in _schema.load_message(name).valid_versions:
+        hv = request_header_version(api_key, api_version)
+    elif api_key == _CONTROLLED_SHUTDOWN and api_version == 0:
+        hv = 0
+    try:
+        return _decode("RequestHeader", hv, mv, 0)
+    except DecodeError as exc:
+        what = f"{name} v{api_version}" if name is not None else f"api key {api_key} v{api_version}"
+        raise DecodeError(f"{what} request: {exc}") from None
+
+
+def decode_request(frame: Any) -> tuple[Any, Any]:
+    """``(RequestHeader, request)``.
+
+    Raises :class:`UnsupportedVersionError` (with ``.header``) for an unknown api key or
+    a version outside validVersions, :class:`DecodeError` for malformed input.
+    Trailing bytes after the body are ignored (as Kafka does).
+    """
+    mv = _as_view(frame)
+    header, pos = decode_request_header(mv)
+    name = _REQ_NAMES.get(header.api_key)
+    if name is None:
+        raise UnsupportedVersionError(f"unknown api key {header.api_key}", header)
+    spec = _schema.load_message(name)
+    if header.api_version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"unsupported {name} version {header.api_version} (valid {spec.valid_versions})", header
+        )
+    body, _ = _decode(name, header.api_version, mv, pos)
+    return header, body
+
+
+def encode_request(header: Any, body: Any) -> bytes:
+    """Size prefix + request header (v0/v1/v2 as the api/version needs) + body."""
+    api_key, version = header.api_key, header.api_version
+    name = _REQ_NAMES.get(api_key)
+    if name is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=version)
+    spec = _schema.load_message(name)
+    if version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"unsupported {name} version {version} (valid {spec.valid_versions})",
+            api_key=api_key, api_version=version,
+        )
+    _check_body(name, body)
+    chunks: list = []
+    out = bytearray(4)
+    out = _encode("RequestHeader", request_header_version(api_key, version), header, out, chunks)
+    out = _encode(name, version, body, out, chunks)
+    chunks.append(out)
+    if len(chunks) == 1:
+        _S_i.pack_into(out, 0, len(out) - 4)
+        return bytes(out)
+    data = _join(chunks)
+    return _S_i.pack(len(data) - 4) + data[4:]
+
+
+# ---------------------------------------------------------------------------------------
+# Responses
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list:
+    """Encode a response as a list of chunks.
+
+    The first chunk (a bytearray) starts with the 4-byte size prefix, which counts every
+    chunk.  Other chunks are bytes-like or external records objects (non-bytes objects
+    with ``__len__``, e.g. ``storage.FileSlice``) to be sent as they are (``sendfile``).
+    Bytes-like records larger than ``INLINE_RECORDS_MAX`` also get their own chunk so
+    they are not copied.
+    """
+    name = _RESP_NAMES.get(api_key)
+    if name is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=api_version)
+    spec = _schema.load_message(name)
+    if api_version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"unsupported {name} version {api_version} (valid {spec.valid_versions})",
+            api_key=api_key, api_version=api_version,
+        )
+    _check_body(name, body)
+    chunks: list = []
+    out = bytearray(4)
+    out += _S_i.pack(correlation_id)
+    if response_header_version(api_key, api_version) == 1:
+        out.append(0)  # no tagged fields in the response header
+    out = _encode(name, api_version, body, out, chunks)
+    if not chunks or len(out):
+        chunks.append(out)
+    total = 0
+    for c in chunks:
+        total += len(c)
+    _S_i.pack_into(chunks[0], 0, total - 4)
+    return chunks
+
+
+def encode_response_bytes(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """``encode_response`` joined into one bytes object (external chunks are read with
+    their ``read()`` method; others raise TypeError)."""
+    return _join(encode_response(api_key, api_version, correlation_id, body))
+
+
+def decode_response(api_key: int, api_version: int, frame: Any) -> tuple[int, Any]:
+    """``(correlation_id, response)`` from a response frame (without the size prefix)."""
+    name = _RESP_NAMES.get(api_key)
+    if name is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=api_version)
+    spec = _schema.load_message(name)
+    if api_version not in spec.valid_versions:
+        raise UnsupportedVersionError(
+            f"unsupported {name} version {api_version} (valid {spec.valid_versions})",
+            api_key=api_key, api_version=api_version,
+        )
+    mv = _as_view(frame)
+    header, pos = _decode("ResponseHeader", response_header_version(api_key, api_version), mv, 0)
+    body, _ = _decode(name, api_version, mv, pos)
+    return header.correlation_id, body
