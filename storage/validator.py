@@ -184,8 +184,14 @@ def _lat_bit_errors(count: int) -> list[tuple[int, str]]:
 
 
 def _range_msg(ts: int, offset_delta: int, now: int, before: int, after: int) -> str:
+    lo = now - before if now - before >= _LONG_MIN else "-inf"
+    hi = now + after if now + after <= _LONG_MAX else "+inf"
     return (f"timestamp {ts} of record with offset delta {offset_delta} is out of range; "
-            f"it should be within [{now - before}, {now + after}]")
+            f"it should be within [{lo}, {hi}] (broker time {now}, "
+            f"message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})")
+
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 def _validate_v2(mv, config, next_offset, now, last_append_time, leader_epoch) -> ValidatedAppend:
