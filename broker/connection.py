@@ -25,13 +25,25 @@ log = logging.getLogger("chronolog.connection")
 
 _SIZE = struct.Struct(">i")
 _BUFFERED_HIGH_WATER = 64 * 1024 * 1024
+_INITIAL_BUFFER = 256 * 1024
+_MIN_READ = 64 * 1024
+_SHRINK_ABOVE = 8 * 1024 * 1024
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
+    """Reads go straight into a reusable per-connection buffer (BufferedProtocol), so a
+    produce request's record batches are never copied on their way to the log: the
+    codec hands out memoryviews of this buffer, the validator patches offsets in place
+    and the segment writes from it. Handlers must not keep references to request bytes
+    after they return (asynchronous handlers - Fetch - keep none)."""
+
     __slots__ = (
         "_dispatcher",
         "_transport",
         "_buf",
+        "_view",
+        "_start",
+        "_end",
         "_busy",
         "_closed",
         "_peer",
@@ -45,7 +57,10 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatcher: "Dispatcher") -> None:
         self._dispatcher = dispatcher
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
+        self._buf = bytearray(_INITIAL_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0  # first unprocessed byte
+        self._end = 0  # end of received bytes
         self._busy = False
         self._closed = False
         self._peer = "?"
@@ -86,11 +101,16 @@ class KafkaConnection(asyncio.Protocol):
         if not self._busy:
             self._process()
 
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self._buf) - self._end < _MIN_READ:
+            self._make_room()
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
         if not self._busy and not self._write_paused:
             self._process()
-        if len(self._buf) > _BUFFERED_HIGH_WATER and not self._reading_paused:
+        if self._end - self._start > _BUFFERED_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
 
@@ -103,12 +123,32 @@ class KafkaConnection(asyncio.Protocol):
             self._closed = True
             self._transport.close()
 
+    def _make_room(self) -> None:
+        """Free space at the tail: move the unprocessed bytes to the front, or move them
+        into a larger buffer when a frame needs it. The old buffer is never resized
+        (memoryviews of it may still exist), only replaced."""
+        pending = self._end - self._start
+        needed = pending + _MIN_READ
+        if pending >= 4:
+            (size,) = _SIZE.unpack_from(self._buf, self._start)
+            if 0 <= size <= self._max_frame:
+                needed = max(needed, 4 + size)
+        if needed <= len(self._buf):
+            if self._start:
+                self._buf[:pending] = self._buf[self._start : self._end]
+        else:
+            new = bytearray(max(needed, 2 * len(self._buf)))
+            new[:pending] = self._view[self._start : self._end]
+            self._buf = new
+            self._view = memoryview(new)
+        self._start, self._end = 0, pending
+
     def _process(self) -> None:
-        buf = self._buf
         while not self._closed and not self._busy and not self._write_paused:
-            if len(buf) < 4:
+            start = self._start
+            if self._end - start < 4:
                 break
-            (size,) = _SIZE.unpack_from(buf, 0)
+            (size,) = _SIZE.unpack_from(self._buf, start)
             if size < 0 or size > self._max_frame:
                 log.warning(
                     "closing connection from %s: frame size %d is %s (socket.request.max.bytes=%d)",
@@ -120,10 +160,10 @@ class KafkaConnection(asyncio.Protocol):
                 self._transport.abort()
                 self._closed = True
                 return
-            if len(buf) < 4 + size:
+            if self._end - start < 4 + size:
                 break
-            frame = bytes(buf[4 : 4 + size])
-            del buf[: 4 + size]
+            frame = self._view[start + 4 : start + 4 + size]
+            self._start = start + 4 + size
             result = self._dispatcher.dispatch(self, frame)
             if result is None:
                 continue
@@ -135,7 +175,12 @@ class KafkaConnection(asyncio.Protocol):
             task = asyncio.ensure_future(result)
             task.add_done_callback(self._on_async_done)
             break
-        if self._reading_paused and len(buf) < _BUFFERED_HIGH_WATER // 2 and not self._closed:
+        if self._start == self._end:
+            self._start = self._end = 0
+            if len(self._buf) > _SHRINK_ABOVE:
+                self._buf = bytearray(_INITIAL_BUFFER)
+                self._view = memoryview(self._buf)
+        if self._reading_paused and self._end - self._start < _BUFFERED_HIGH_WATER // 2 and not self._closed:
             self._reading_paused = False
             self._transport.resume_reading()
 

@@ -241,15 +241,18 @@ class Log:
         self.config = config
 
     # ------------------------------------------------------------------ append
-    def append(self, records, *, magic_hint: int | None = None) -> AppendInfo:
-        """Validate, assign offsets, roll if needed, write.  Raises storage errors."""
+    def append(self, records, *, magic_hint: int | None = None, in_place: bool = False) -> AppendInfo:
+        """Validate, assign offsets, roll if needed, write.  Raises storage errors.
+        ``in_place``: ``records`` is a writable buffer the caller gives up, so offsets
+        and timestamps are patched in it instead of in a copy."""
         from storage.validator import validate_records
 
         self._ensure_open()
         now = self.clock.time_ms()
         va = validate_records(records, magic_hint=magic_hint, config=self.config,
                               next_offset=self._leo, now_ms=now,
-                              last_append_time_ms=self._last_append_time_ms)
+                              last_append_time_ms=self._last_append_time_ms,
+                              in_place=in_place)
         return self.append_validated(va, now_ms=now)
 
     def append_validated(self, va, *, now_ms: int | None = None) -> AppendInfo:

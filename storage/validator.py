@@ -82,12 +82,15 @@ def _translate(e: R.RecordFormatError) -> E.StorageError:
 
 def validate_records(records, *, config, next_offset: int, now_ms: int,
                      last_append_time_ms: int = -1, magic_hint: int | None = None,
-                     partition_leader_epoch: int | None = None) -> ValidatedAppend:
+                     partition_leader_epoch: int | None = None,
+                     in_place: bool = False) -> ValidatedAppend:
     """Validate one partition's produce data and return it ready to append.
 
     ``records``: bytes-like (bytes, bytearray, memoryview) holding v2 batches or a
-    legacy magic 0/1 message set.  It is never modified: the result ``buffer`` is a
-    new bytearray.  ``config`` needs ``message_timestamp_type``,
+    legacy magic 0/1 message set.  It is not modified: the result ``buffer`` is a new
+    bytearray, unless ``in_place`` is true and ``records`` is writable, in which case
+    v2 batches are patched where they are (no copy: the broker's receive buffer) and
+    ``buffer`` is a memoryview of them.  ``config`` needs ``message_timestamp_type``,
     ``message_timestamp_before_max_ms``, ``message_timestamp_after_max_ms`` and
     ``max_message_bytes`` (``segment_bytes`` is used when present).
     ``magic_hint`` is accepted for the broker's convenience; the magic is read from the
@@ -107,7 +110,7 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
     try:
         if magic == 2:
             return _validate_v2(mv, config, next_offset, now_ms, last_append_time_ms,
-                                partition_leader_epoch)
+                                partition_leader_epoch, in_place and not mv.readonly)
         if magic in (0, 1):
             return _validate_legacy(mv, config, next_offset, now_ms, last_append_time_ms)
     except R.RecordFormatError as e:
@@ -194,7 +197,8 @@ def _range_msg(ts: int, offset_delta: int, now: int, before: int, after: int) ->
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
-def _validate_v2(mv, config, next_offset, now, last_append_time, leader_epoch) -> ValidatedAppend:
+def _validate_v2(mv, config, next_offset, now, last_append_time, leader_epoch,
+                 in_place=False) -> ValidatedAppend:
     batches = _shallow_v2(mv, config.max_message_bytes)
     lat_topic = config.message_timestamp_type == "LogAppendTime"
     before = config.message_timestamp_before_max_ms
@@ -254,13 +258,13 @@ def _validate_v2(mv, config, next_offset, now, last_append_time, leader_epoch) -
         maxes.append(true_max)
         fixes.append(true_max if (true_max != h.max_timestamp or lat_bit) else None)
 
-    # everything is valid: one copy, then patch in place
+    # everything is valid: one copy (none when in_place), then patch
     total = batches[-1][0] + batches[-1][1].size
     seg = getattr(config, "segment_bytes", None)
     if isinstance(seg, int) and total > seg:
         raise E.RecordListTooLargeError(
             f"append of {total} bytes exceeds the segment size segment.bytes {seg}")
-    buf = bytearray(mv[:total])
+    buf = mv[:total] if in_place else bytearray(mv[:total])
     append_time = max(now, last_append_time) if lat_topic else -1
     offset = next_offset
     infos = []

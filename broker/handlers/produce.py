@@ -78,7 +78,7 @@ def _append_one(ctx, lm, version, topic, partition, records):
         return _error(partition, code, str(exc))
     try:
         plog = lm.get_log(topic, partition)
-        info = plog.append(records)
+        info = plog.append(records, in_place=True)
     except se.InvalidTimestampError as exc:
         log.info("rejected produce to %s-%d: %s", topic, partition, exc)
         return _error(partition, ErrorCode.INVALID_TIMESTAMP, str(exc), getattr(exc, "record_errors", ()) or ())

@@ -65,6 +65,20 @@ def test_input_not_mutated_readonly_memoryview():
     assert bytes(ba) == buf
 
 
+def test_in_place_patches_the_callers_writable_buffer_without_copying():
+    b = batch([NOW])
+    frame = bytearray(b"\x00" * 5 + b)
+    view = memoryview(frame)[5:]
+    copied = run(bytes(b), cfg("LogAppendTime"), next_offset=9)
+    res = validate_records(view, config=cfg("LogAppendTime"), next_offset=9, now_ms=NOW, in_place=True)
+    assert isinstance(res.buffer, memoryview) and res.buffer.obj is frame
+    assert bytes(frame[5:]) == bytes(copied.buffer)  # same result as the copying path
+    assert R.parse_batch_header(frame, 5).base_offset == 9
+    # a read-only input is still copied, in_place or not
+    ro = validate_records(memoryview(b), config=cfg(), next_offset=1, now_ms=NOW, in_place=True)
+    assert isinstance(ro.buffer, bytearray)
+
+
 def test_memoryview_slice_of_frame():
     b = batch([NOW])
     frame = b"\x00" * 17 + b + b"\x01" * 3
