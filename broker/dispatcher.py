@@ -27,6 +27,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     1: (0, 12, handlers.fetch.handle),
     2: (0, 9, handlers.list_offsets.handle),
     3: (0, 12, handlers.metadata.handle),
+    10: (0, 4, handlers.find_coordinator.handle),
     18: (0, 3, handlers.api_versions.handle),
     19: (0, 7, handlers.create_topics.handle),
     20: (0, 6, handlers.delete_topics.handle),

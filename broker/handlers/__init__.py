@@ -5,6 +5,7 @@ from broker.handlers import (  # noqa: F401
     create_topics,
     delete_topics,
     fetch,
+    find_coordinator,
     init_producer_id,
     list_offsets,
     metadata,
