@@ -100,6 +100,12 @@ class AbstractIndex:
             self._mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         else:
             self._mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ)
+        if self._mm is not None and hasattr(mmap, "MADV_RANDOM"):
+            # Index access is binary search plus appends at the tail. Without this the
+            # kernel's readahead answers each first touch of the sparse preallocated file
+            # by zero-filling a large folio of holes (measured: ~14% of the broker's CPU
+            # under produce load).
+            self._mm.madvise(mmap.MADV_RANDOM)
 
     def _unmap(self) -> None:
         if self._mm is not None:
