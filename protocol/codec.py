@@ -280,6 +280,19 @@ def decode_request_header(frame: Any) -> tuple[Any, int]:
         raise DecodeError(f"{what} request: {exc}") from None
 
 
+def _checked_name(names: dict, api_key: int, api_version: int, header: Any = None) -> str:
+    """The message name for a supported (api key, version), else UnsupportedVersionError."""
+    name = names.get(api_key)
+    if name is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}", header,
+                                      api_key=api_key, api_version=api_version)
+    valid = _schema.load_message(name).valid_versions
+    if api_version not in valid:
+        raise UnsupportedVersionError(f"unsupported {name} version {api_version} (valid {valid})", header,
+                                      api_key=api_key, api_version=api_version)
+    return name
+
+
 def decode_request(frame: Any) -> tuple[Any, Any]:
     """``(RequestHeader, request)``.
 
@@ -289,14 +302,7 @@ def decode_request(frame: Any) -> tuple[Any, Any]:
     """
     mv = _as_view(frame)
     header, pos = decode_request_header(mv)
-    name = _REQ_NAMES.get(header.api_key)
-    if name is None:
-        raise UnsupportedVersionError(f"unknown api key {header.api_key}", header)
-    spec = _schema.load_message(name)
-    if header.api_version not in spec.valid_versions:
-        raise UnsupportedVersionError(
-            f"unsupported {name} version {header.api_version} (valid {spec.valid_versions})", header
-        )
+    name = _checked_name(_REQ_NAMES, header.api_key, header.api_version, header)
     body, _ = _decode(name, header.api_version, mv, pos)
     return header, body
 
@@ -304,15 +310,7 @@ def decode_request(frame: Any) -> tuple[Any, Any]:
 def encode_request(header: Any, body: Any) -> bytes:
     """Size prefix + request header (v0/v1/v2 as the api/version needs) + body."""
     api_key, version = header.api_key, header.api_version
-    name = _REQ_NAMES.get(api_key)
-    if name is None:
-        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=version)
-    spec = _schema.load_message(name)
-    if version not in spec.valid_versions:
-        raise UnsupportedVersionError(
-            f"unsupported {name} version {version} (valid {spec.valid_versions})",
-            api_key=api_key, api_version=version,
-        )
+    name = _checked_name(_REQ_NAMES, api_key, version)
     _check_body(name, body)
     chunks: list = []
     out = bytearray(4)
@@ -339,15 +337,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     Bytes-like records larger than ``INLINE_RECORDS_MAX`` also get their own chunk so
     they are not copied.
     """
-    name = _RESP_NAMES.get(api_key)
-    if name is None:
-        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=api_version)
-    spec = _schema.load_message(name)
-    if api_version not in spec.valid_versions:
-        raise UnsupportedVersionError(
-            f"unsupported {name} version {api_version} (valid {spec.valid_versions})",
-            api_key=api_key, api_version=api_version,
-        )
+    name = _checked_name(_RESP_NAMES, api_key, api_version)
     _check_body(name, body)
     chunks: list = []
     out = bytearray(4)
@@ -372,15 +362,7 @@ def encode_response_bytes(api_key: int, api_version: int, correlation_id: int, b
 
 def decode_response(api_key: int, api_version: int, frame: Any) -> tuple[int, Any]:
     """``(correlation_id, response)`` from a response frame (without the size prefix)."""
-    name = _RESP_NAMES.get(api_key)
-    if name is None:
-        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key=api_key, api_version=api_version)
-    spec = _schema.load_message(name)
-    if api_version not in spec.valid_versions:
-        raise UnsupportedVersionError(
-            f"unsupported {name} version {api_version} (valid {spec.valid_versions})",
-            api_key=api_key, api_version=api_version,
-        )
+    name = _checked_name(_RESP_NAMES, api_key, api_version)
     mv = _as_view(frame)
     header, pos = _decode("ResponseHeader", response_header_version(api_key, api_version), mv, 0)
     body, _ = _decode(name, api_version, mv, pos)

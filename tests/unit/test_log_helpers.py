@@ -9,33 +9,14 @@ from __future__ import annotations
 
 import struct
 from types import SimpleNamespace
-from typing import NamedTuple
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from storage.validator import BatchInfo, ValidatedAppend  # noqa: F401 - re-exported for the tests
 
 LONG_MAX = 2**63 - 1
 
 GZIP = 1
-
-
-class BatchInfo(NamedTuple):
-    position: int
-    size: int
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-
-
-class ValidatedAppend(NamedTuple):
-    buffer: bytes
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    record_count: int
-    batches: list
 
 
 def topic_config(**kw):
