@@ -1,8 +1,8 @@
 """Shared helpers for the storage tests (no tests here).
 
 Builds v2 batches with kafka-python's DefaultRecordBatchBuilder and wraps them into
-``ValidatedAppend``-shaped objects (offsets assigned) the way storage.validator does, so
-the segment/log tests do not depend on the validator.
+storage.validator's ``ValidatedAppend`` (offsets assigned) the way the validator does, so
+the segment/log tests do not depend on the validator's logic.
 """
 
 from __future__ import annotations
