@@ -8,7 +8,6 @@ anything else closes the connection with a log line naming the API and version.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from typing import Any, Callable
@@ -67,7 +66,7 @@ class Dispatcher:
             conn.close()
             return None
         try:
-            _, request = codec.decode_request(frame)
+            request = codec.decode_request_body(header, frame, offset)
         except codec.DecodeError as exc:
             log.warning(
                 "closing connection from %s: malformed %s v%d request: %s",

@@ -302,9 +302,15 @@ def decode_request(frame: Any) -> tuple[Any, Any]:
     """
     mv = _as_view(frame)
     header, pos = decode_request_header(mv)
+    return header, decode_request_body(header, mv, pos)
+
+
+def decode_request_body(header: Any, frame: Any, pos: int) -> Any:
+    """The request body that starts at ``pos`` (as returned by
+    :func:`decode_request_header`), for callers that look at the header first."""
     name = _checked_name(_REQ_NAMES, header.api_key, header.api_version, header)
-    body, _ = _decode(name, header.api_version, mv, pos)
-    return header, body
+    body, _ = _decode(name, header.api_version, _as_view(frame), pos)
+    return body
 
 
 def encode_request(header: Any, body: Any) -> bytes:
