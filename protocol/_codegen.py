@@ -768,26 +768,23 @@ def _compile(name: str, version: int, trace: bool, gen_cls: type, kind: str) -> 
     return fn
 
 
-def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
+def _get(cache: dict, gen: type, kind: str, name: str, version: int, trace: bool) -> Callable:
     key = (name, version, trace)
-    fn = _dec_cache.get(key)
+    fn = cache.get(key)
     if fn is None:
         with _lock:
-            fn = _dec_cache.get(key)
+            fn = cache.get(key)
             if fn is None:
-                fn = _dec_cache[key] = _compile(name, version, trace, _DecGen, "decode")
+                fn = cache[key] = _compile(name, version, trace, gen, kind)
     return fn
+
+
+def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
+    return _get(_dec_cache, _DecGen, "decode", name, version, trace)
 
 
 def get_encoder(name: str, version: int, trace: bool = False) -> Callable:
-    key = (name, version, trace)
-    fn = _enc_cache.get(key)
-    if fn is None:
-        with _lock:
-            fn = _enc_cache.get(key)
-            if fn is None:
-                fn = _enc_cache[key] = _compile(name, version, trace, _EncGen, "encode")
-    return fn
+    return _get(_enc_cache, _EncGen, "encode", name, version, trace)
 
 
 def decoder_source(name: str, version: int, trace: bool = False) -> str:

@@ -747,26 +747,23 @@ def consume(client: str, bootstrap: str, topic: str, n: int, **kw) -> list[Got]:
 # ---------------------------------------------------------------------------------------
 
 
-def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+def _edge_offset(which: str, bootstrap: str, topic: str, partition: int) -> int:
     from kafka import TopicPartition
 
     c = kp_consumer(bootstrap)
     try:
         tp = TopicPartition(topic, partition)
-        return c.end_offsets([tp], timeout_ms=REQUEST_TIMEOUT_MS)[tp]
+        return getattr(c, which)([tp], timeout_ms=REQUEST_TIMEOUT_MS)[tp]
     finally:
         c.close()
+
+
+def end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
+    return _edge_offset("end_offsets", bootstrap, topic, partition)
 
 
 def beginning_offset(bootstrap: str, topic: str, partition: int = 0) -> int:
-    from kafka import TopicPartition
-
-    c = kp_consumer(bootstrap)
-    try:
-        tp = TopicPartition(topic, partition)
-        return c.beginning_offsets([tp], timeout_ms=REQUEST_TIMEOUT_MS)[tp]
-    finally:
-        c.close()
+    return _edge_offset("beginning_offsets", bootstrap, topic, partition)
 
 
 class TimeOracle:
