@@ -51,7 +51,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "_write_paused",
         "_reading_paused",
         "_sock_fd",
-        "_drain_waiter",
     )
 
     def __init__(self, dispatcher: "Dispatcher") -> None:
@@ -68,7 +67,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._sock_fd = -1
-        self._drain_waiter: asyncio.Future | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -87,17 +85,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._dispatcher.connections.discard(self)
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
 
     def pause_writing(self) -> None:
         self._write_paused = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
         if not self._busy:
             self._process()
 
