@@ -18,6 +18,9 @@ from broker.handlers.init_producer_id import ProducerIdManager
 
 log = logging.getLogger("chronolog.server")
 
+# how often files of deleted segments are checked against file.delete.delay.ms
+_DELETE_TICK_MS = 200
+
 
 class BrokerServer:
     """The running broker. Usable from tests in-process as well as from ``run``."""
@@ -69,6 +72,19 @@ class BrokerServer:
             ctx.port = adv_port
         self.context = ctx
         self._tasks.append(asyncio.ensure_future(self._flush_loop()))
+        lm = self.log_manager
+        self._tasks += [
+            asyncio.ensure_future(self._periodic("log retention", cfg.log_retention_check_interval_ms,
+                                                 lm.cleanup_logs)),
+            asyncio.ensure_future(self._periodic("deleted segment removal", _DELETE_TICK_MS,
+                                                 lm.delete_due_files)),
+            asyncio.ensure_future(self._periodic("recovery point checkpoint",
+                                                 cfg.log_flush_offset_checkpoint_interval_ms,
+                                                 lm.checkpoint_recovery_points)),
+            asyncio.ensure_future(self._periodic("log start offset checkpoint",
+                                                 cfg.log_flush_start_offset_checkpoint_interval_ms,
+                                                 lm.checkpoint_log_start_offsets)),
+        ]
         log.info(
             "Chronolog listening on %s:%d (node.id=%d, cluster.id=%s, log.dirs=%s)",
             bound[0],
@@ -77,6 +93,18 @@ class BrokerServer:
             cluster_id,
             ",".join(cfg.log_dirs),
         )
+
+    async def _periodic(self, what: str, interval_ms: int, fn) -> None:
+        """Run ``fn`` every ``interval_ms`` (first run one interval after start; Kafka
+        waits 30 s for all of these, which only slows tests down).  0 disables."""
+        if not interval_ms or interval_ms <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval_ms / 1000.0)
+            try:
+                fn()
+            except Exception:
+                log.exception("periodic task %s failed", what)
 
     async def _flush_loop(self) -> None:
         interval_ms = getattr(self.config, "log_flush_scheduler_interval_ms", None)

@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from typing import NamedTuple
 
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
@@ -82,7 +83,8 @@ class Log:
     """A partition log.  Synchronous; meant for the broker's single asyncio thread."""
 
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
-                 partition: int | None = None, rng=None):
+                 partition: int | None = None, rng=None, recovery_point: int | None = None,
+                 log_start_offset: int | None = None, had_clean_shutdown: bool = False):
         self.dir = os.fspath(dir_path)
         if topic is None or partition is None:
             parsed = parse_topic_partition_dir(os.path.basename(os.path.normpath(self.dir)))
@@ -98,17 +100,23 @@ class Log:
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._closed = False
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
         os.makedirs(self.dir, exist_ok=True)
-        self._load()
+        rp = 0 if recovery_point is None else max(0, int(recovery_point))
+        self._load(rp, had_clean_shutdown)
         self._hw = self._leo
-        self.recovery_point = self._leo
+        if log_start_offset is not None and log_start_offset > self._log_start_offset:
+            self._log_start_offset = min(int(log_start_offset), self._leo)
+        # after a clean shutdown everything up to the end was fsync'd; after a crash only
+        # what the checkpoint says (the recovered tail is in the page cache, not on disk)
+        self.recovery_point = self._leo if had_clean_shutdown else min(rp, self._leo)
         self.last_flush_ms = clock.monotonic_ms()
 
     # ------------------------------------------------------------------ loading
     def _open_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng)
 
-    def _load(self) -> None:
+    def _load(self, recovery_point: int, clean: bool) -> None:
         names = os.listdir(self.dir)
         logs: list[int] = []
         others: list[tuple[int, str]] = []
@@ -137,7 +145,7 @@ class Log:
             if not self._segments:
                 self._segments.append(self._open_segment(0))
             self._bases = [s.base_offset for s in self._segments]
-            self._check_segments()
+            self._check_segments(recovery_point, clean)
         except BaseException:
             for seg in self._segments:
                 seg.close_handlers()
@@ -148,43 +156,86 @@ class Log:
         if last_hdr is not None and last_hdr.attributes & _TIMESTAMP_TYPE_BIT:
             self._last_append_time_ms = last_hdr.max_timestamp
 
-    def _check_segments(self) -> None:
+    def _index_problem(self, seg: LogSegment, next_base: int | None) -> str | None:
+        """Why the segment's indexes cannot be trusted, or None (SPEC 6 sanity check)."""
+        if not seg.offset_index_existed:
+            return "missing offset index"
+        if not seg.time_index_existed:
+            return "missing time index"
+        try:
+            seg.sanity_check(full=True)
+            max_offset = (next_base if next_base is not None else seg.read_next_offset()) - 1
+            seg.time_index.sanity_check(max_offset=max(max_offset, seg.base_offset))
+        except CorruptIndexError as e:
+            return str(e)
+        return None
+
+    def _check_segments(self, recovery_point: int, clean: bool) -> None:
+        """Trust or recover each segment (SPEC 6).
+
+        After a clean shutdown every segment whose indexes pass the sanity check is
+        trusted as is (nothing is scanned; the max timestamp comes from the last
+        time-index entry).  After a crash the segments from the one holding the
+        recovery point on are recovered: batches walked and CRC-checked, both indexes
+        rebuilt, a torn or corrupt tail cut, and the later segments deleted if bytes
+        were cut.  Earlier segments are trusted when their indexes are sane."""
+        segs = self._segments
+        tp = f"{self.topic}-{self.partition}"
+        first_unflushed = len(segs) - 1
+        if not clean:
+            for i in range(len(segs) - 1):
+                if segs[i + 1].base_offset > recovery_point:
+                    first_unflushed = i
+                    break
+        to_recover = len(segs) - first_unflushed if not clean else 0
+        recovered = recovered_bytes = 0
+        started = time.perf_counter()
+        if to_recover:
+            logger.info("%s: recovering %d unflushed segment(s) from recovery point %d (%d bytes)",
+                        tp, to_recover, recovery_point, sum(s.size for s in segs[first_unflushed:]))
         i = 0
-        while i < len(self._segments):
-            seg = self._segments[i]
-            is_last = i == len(self._segments) - 1
-            problem = None
-            if not seg.offset_index_existed:
-                problem = "missing offset index"
-            elif not seg.time_index_existed:
-                problem = "missing time index"
+        while i < len(segs):
+            seg = segs[i]
+            is_last = i == len(segs) - 1
+            next_base = None if is_last else segs[i + 1].base_offset
+            if clean or i < first_unflushed:
+                problem = self._index_problem(seg, next_base)
+                if problem is None:
+                    if is_last:
+                        seg.resize_indexes(seg.max_index_size)
+                    i += 1
+                    continue
+                logger.warning("%s: rebuilding the indexes of segment %s: %s", tp, seg.log_path, problem)
             else:
-                try:
-                    seg.sanity_check()
-                    if not is_last:
-                        nxt = self._segments[i + 1].base_offset
-                        seg.time_index.sanity_check(max_offset=nxt - 1)
-                except CorruptIndexError as e:
-                    problem = str(e)
-            if problem is not None:
-                logger.warning("rebuilding the indexes of segment %s: %s", seg.log_path, problem)
-                cut = seg.recover()
-                if cut and not is_last:
-                    logger.warning("segment %s lost %d invalid bytes; deleting the %d later segment(s)",
-                                   seg.log_path, cut, len(self._segments) - i - 1)
-                    for later in self._segments[i + 1:]:
-                        later.delete()
-                    del self._segments[i + 1:]
-                    is_last = True
-                if is_last:
-                    seg.resize_indexes(seg.max_index_size)
-            elif is_last:
+                problem = None
+                logger.info("%s: recovering unflushed segment %d (%d/%d, %d bytes)", tp, seg.base_offset,
+                            recovered + 1, to_recover, seg.size)
+            mtime = seg.last_modified_ms() if seg.size else -1
+            size_before = seg.size
+            cut = seg.recover()
+            recovered += 1
+            recovered_bytes += size_before
+            if cut:
+                logger.warning("%s: cut %d invalid byte(s) off the end of segment %s", tp, cut, seg.log_path)
+            if cut and not is_last:
+                logger.warning("%s: segment %s lost bytes; deleting the %d later segment(s)",
+                               tp, seg.log_path, len(segs) - i - 1)
+                for later in segs[i + 1:]:
+                    later.delete()
+                del segs[i + 1:]
+                is_last = True
+            if problem == "missing time index" and not is_last and mtime >= 0:
+                # KIP-33: a segment from before timestamps (its batches carry none) gets
+                # one entry (file mtime, last offset); one with timestamps was rebuilt
+                seg.migrate_time_index(mtime)
+            if is_last:
                 seg.resize_indexes(seg.max_index_size)
-                cut = seg.recover_tail()
-                if cut:
-                    logger.warning("cut %d bytes of a torn batch off the end of %s", cut, seg.log_path)
             i += 1
-        self._bases = [s.base_offset for s in self._segments]
+        self._bases = [s.base_offset for s in segs]
+        if recovered:
+            secs = max(time.perf_counter() - started, 1e-6)
+            logger.info("%s: recovered %d segment(s), %d bytes in %.2f s (%.1f MB/s)", tp, recovered,
+                        recovered_bytes, secs, recovered_bytes / secs / 1e6)
 
     def _scan_end(self):
         """(log end offset, header of the last batch or None)."""
@@ -207,6 +258,11 @@ class Log:
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
+
+    @property
+    def first_base_offset(self) -> int:
+        """Base offset of the oldest segment (the log start offset is at or above it)."""
+        return self._segments[0].base_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -314,6 +370,123 @@ class Log:
         self._segments.append(new)
         self._bases.append(new_base_offset)
         return new
+
+    # ------------------------------------------------------------------ log start offset
+    def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
+        """Move the log start offset up to ``new_offset`` (DeleteRecords, retention).
+
+        Raises OffsetOutOfRangeError if ``new_offset`` is negative or beyond the high
+        watermark.  Returns whether it moved.  Segments entirely below the new start are
+        deleted by the next retention pass (``delete_old_segments``)."""
+        self._ensure_open()
+        if new_offset < 0 or new_offset > self._hw:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.topic}-{self.partition} to {new_offset}: "
+                f"it must be between 0 and the high watermark {self._hw}")
+        if new_offset <= self._log_start_offset:
+            return False
+        logger.info("incrementing the log start offset of %s-%d to %d", self.topic, self.partition, new_offset)
+        self._log_start_offset = new_offset
+        return True
+
+    # ------------------------------------------------------------------ retention
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """One retention pass (SPEC 4); returns the number of segments removed.
+
+        Segments entirely below the log start offset always go; with ``delete`` in
+        ``cleanup.policy`` also the oldest segments while the log stays at or above
+        ``retention.bytes``, and those whose largest timestamp is more than
+        ``retention.ms`` old.  Each rule walks oldest first and stops at the first
+        segment it keeps; segments reaching past the high watermark are kept.  Removed
+        segments are renamed ``*.deleted`` at once and their files deleted
+        ``file.delete.delay.ms`` later (``delete_due_files``)."""
+        self._ensure_open()
+        if now_ms is None:
+            now_ms = self.clock.time_ms()
+        lso = self._log_start_offset
+        n = self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso),
+                                  "log start offset breach", now_ms)
+        if "delete" not in (getattr(self.config, "cleanup_policy", None) or ["delete"]):
+            return n
+        retention_bytes = getattr(self.config, "retention_bytes", -1)
+        if retention_bytes is not None and retention_bytes >= 0:
+            diff = self.size_in_bytes - retention_bytes
+            if diff >= 0:
+                def over_size(seg, nxt):
+                    nonlocal diff
+                    if diff - seg.size >= 0:
+                        diff -= seg.size
+                        return True
+                    return False
+                n += self._delete_segments(self._deletable(over_size),
+                                           f"retention.bytes={retention_bytes} breach", now_ms)
+        retention_ms = getattr(self.config, "retention_ms", -1)
+        if retention_ms is not None and retention_ms >= 0:
+            def expired(seg, nxt):
+                largest = seg.largest_timestamp
+                if now_ms - largest > retention_ms:
+                    return True
+                if largest > now_ms:
+                    logger.warning(
+                        "%s-%d: segment %s has timestamp %d, %d ms in the future; it and every later "
+                        "segment are kept past retention.ms=%d until then", self.topic, self.partition,
+                        seg.log_path, largest, largest - now_ms, retention_ms)
+                return False
+            n += self._delete_segments(self._deletable(expired), f"retention.ms={retention_ms} breach", now_ms)
+        return n
+
+    def _deletable(self, predicate) -> list[LogSegment]:
+        out = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            if nxt is None and seg.size == 0:
+                break
+            if self._hw >= upper and predicate(seg, nxt):
+                out.append(seg)
+            else:
+                break
+        return out
+
+    def _delete_segments(self, deletable: list[LogSegment], reason: str, now_ms: int) -> int:
+        if not deletable:
+            return 0
+        if len(deletable) == len(self._segments):
+            self.roll()  # there is always an active segment: an empty one at the log end
+        k = len(deletable)
+        assert self._segments[:k] == deletable
+        new_start = self._segments[k].base_offset
+        if new_start > self._log_start_offset:
+            self._log_start_offset = new_start
+        del self._segments[:k]
+        del self._bases[:k]
+        delay = getattr(self.config, "file_delete_delay_ms", 60000) or 0
+        for j, seg in enumerate(deletable):
+            end = (deletable[j + 1].base_offset if j + 1 < k else new_start) - 1
+            logger.info("%s-%d: deleting segment %s (offsets %d-%d, largest timestamp %d): %s",
+                        self.topic, self.partition, seg.log_path, seg.base_offset, end,
+                        seg.largest_timestamp, reason)
+            seg.rename_to_deleted()
+            self._pending_deletes.append((now_ms + delay, seg))
+        return k
+
+    def delete_due_files(self, now_ms: int | None = None) -> int:
+        """Remove the files of segments deleted at least ``file.delete.delay.ms`` ago."""
+        if not self._pending_deletes:
+            return 0
+        if now_ms is None:
+            now_ms = self.clock.time_ms()
+        due = [seg for t, seg in self._pending_deletes if t <= now_ms]
+        if due:
+            self._pending_deletes = [(t, seg) for t, seg in self._pending_deletes if t > now_ms]
+            for seg in due:
+                seg.delete()
+        return len(due)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
 
     # ------------------------------------------------------------------ read
     def read(self, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> FetchDataInfo:
@@ -425,11 +598,19 @@ class Log:
         self._closed = True
         for seg in self._segments:
             seg.close()
+        self._delete_pending_now()
+
+    def _delete_pending_now(self) -> None:
+        pending, self._pending_deletes = self._pending_deletes, []
+        for _t, seg in pending:
+            seg.delete()
 
     def close_handlers(self) -> None:
         """Close files without writing (tests: simulated crash)."""
         self._closed = True
         for seg in self._segments:
+            seg.close_handlers()
+        for _t, seg in self._pending_deletes:
             seg.close_handlers()
 
     def delete(self) -> None:

@@ -11,6 +11,14 @@ On disk, per log dir:
                              "configs": {"retention.ms": "86400000"}}}}
 
   written atomically: temp file, fsync, rename over the old file, fsync the directory;
+* ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and the
+  ``.kafka_cleanshutdown`` marker (format and rules in :mod:`storage.checkpoint`):
+  written on an orderly ``shutdown``; the checkpoints also periodically
+  (``log.flush.offset.checkpoint.interval.ms``,
+  ``log.flush.start.offset.checkpoint.interval.ms``, driven by the broker) and the log
+  start offsets after a retention pass that deleted segments.  ``startup`` reads and
+  removes the marker, then loads each log trusting its indexes (clean) or recovering it
+  from its recovery point (unclean; see :class:`storage.log.Log`);
 * ``<topic>-<partition>.<uuid hex>-delete/``: a partition being deleted (removed at
   startup if a crash interrupted the deletion).
 
@@ -25,6 +33,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -34,6 +43,16 @@ from storage.errors import (
     InvalidTopicError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
+)
+from storage.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CheckpointError,
+    atomic_write,
+    fsync_dir,
+    read_checkpoint,
+    write_checkpoint,
 )
 from storage.log import Log, parse_topic_partition_dir
 
@@ -102,6 +121,19 @@ class LogManager:
     def startup(self) -> None:
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
+        started = time.perf_counter()
+        clean: dict[str, bool] = {}
+        recovery_points: dict[str, dict] = {}
+        start_offsets: dict[str, dict] = {}
+        for d in self.log_dirs:
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            clean[d] = os.path.exists(marker)
+            if clean[d]:
+                # removed as soon as it is read: a crash while loading counts as unclean
+                os.unlink(marker)
+                fsync_dir(d)
+            recovery_points[d] = self._read_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+            start_offsets[d] = self._read_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
         meta = self._read_metadata()
         found: dict[tuple[str, int], str] = {}
         for d in self.log_dirs:
@@ -133,15 +165,37 @@ class LogManager:
                 if path is None:
                     path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                     logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
-                self._logs[(name, p)] = Log(path, info.config, self.clock, topic=name, partition=p)
+                d = os.path.dirname(os.path.abspath(path))
+                self._logs[(name, p)] = Log(
+                    path, info.config, self.clock, topic=name, partition=p,
+                    recovery_point=recovery_points.get(d, {}).get((name, p)),
+                    log_start_offset=start_offsets.get(d, {}).get((name, p)),
+                    had_clean_shutdown=clean.get(d, False))
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
         self._started = True
+        logger.info("loaded %d partition log(s) from %d log dir(s) in %.3f s (%s)", len(self._logs),
+                    len(self.log_dirs), time.perf_counter() - started,
+                    ", ".join(f"{d}: {'clean shutdown' if clean[d] else 'no clean-shutdown marker, recovered from the recovery points'}"
+                              for d in self.log_dirs))
+        # the recovery points and start offsets on disk now match what was loaded
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
+    def _read_checkpoint(self, path: str) -> dict:
+        try:
+            return read_checkpoint(path)
+        except (CheckpointError, OSError) as e:
+            logger.error("ignoring %s (every partition of that dir is recovered in full): %s", path, e)
+            return {}
 
     def shutdown(self) -> None:
-        """Flush and cleanly close every log (indexes trimmed)."""
+        """Orderly stop: flush and cleanly close every log (final time-index entries,
+        indexes trimmed), write both checkpoint files, then the clean-shutdown marker in
+        each log dir whose logs all closed without error."""
         errors = []
+        failed_dirs = set()
         for log in self._logs.values():
             try:
                 if not log.closed:
@@ -149,6 +203,22 @@ class LogManager:
                     log.close()
             except Exception as e:  # pragma: no cover - keep closing the others
                 logger.exception("error closing %r", log)
+                errors.append(e)
+                failed_dirs.add(self._dir_of(log))
+        try:
+            self.checkpoint_recovery_points(include_closed=True)
+            self.checkpoint_log_start_offsets(include_closed=True)
+        except Exception as e:  # pragma: no cover - disk failure
+            logger.exception("could not write the checkpoint files")
+            errors.append(e)
+            failed_dirs.update(self.log_dirs)
+        for d in self.log_dirs:
+            if d in failed_dirs:
+                continue
+            try:
+                atomic_write(os.path.join(d, CLEAN_SHUTDOWN_FILE), b"")
+            except OSError as e:  # pragma: no cover
+                logger.error("could not write the clean-shutdown marker in %s: %s", d, e)
                 errors.append(e)
         self._logs.clear()
         self._topics.clear()
@@ -268,6 +338,59 @@ class LogManager:
             flushed += did
         return flushed
 
+    # ------------------------------------------------------------------ retention
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log (``log.retention.check.interval.ms``)."""
+        now = self.clock.time_ms()
+        deleted = 0
+        for log in list(self._logs.values()):
+            if log.closed:
+                continue
+            try:
+                deleted += log.delete_old_segments(now)
+            except Exception:  # keep going with the other logs
+                logger.exception("retention failed for %r", log)
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def delete_due_files(self) -> int:
+        """Remove the files of deleted segments whose ``file.delete.delay.ms`` passed."""
+        now = self.clock.time_ms()
+        n = 0
+        for log in list(self._logs.values()):
+            if log.pending_deletes:
+                try:
+                    n += log.delete_due_files(now)
+                except OSError:
+                    logger.exception("could not remove deleted segment files of %r", log)
+        return n
+
+    # ------------------------------------------------------------------ checkpoints
+    def _dir_of(self, log: Log) -> str:
+        return os.path.dirname(os.path.abspath(log.dir))
+
+    def _by_dir(self, include_closed: bool) -> dict[str, list[Log]]:
+        out: dict[str, list[Log]] = {d: [] for d in self.log_dirs}
+        for log in self._logs.values():
+            if include_closed or not log.closed:
+                out.setdefault(self._dir_of(log), []).append(log)
+        return out
+
+    def checkpoint_recovery_points(self, include_closed: bool = False) -> None:
+        """Write ``recovery-point-offset-checkpoint`` in every log dir."""
+        for d, logs in self._by_dir(include_closed).items():
+            write_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT),
+                             {(log.topic, log.partition): log.recovery_point for log in logs})
+
+    def checkpoint_log_start_offsets(self, include_closed: bool = False) -> None:
+        """Write ``log-start-offset-checkpoint`` in every log dir (as Kafka: only the
+        partitions whose log start offset is above their first segment's base)."""
+        for d, logs in self._by_dir(include_closed).items():
+            write_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                             {(log.topic, log.partition): log.log_start_offset for log in logs
+                              if log.log_start_offset > log.first_base_offset})
+
     def flush_all(self) -> None:
         for log in self._logs.values():
             if not log.closed:
@@ -323,23 +446,5 @@ class LogManager:
         }
         data = json.dumps(doc, indent=1, sort_keys=False).encode()
         for d in self.log_dirs:
-            _atomic_write(os.path.join(d, TOPICS_FILE), data)
+            atomic_write(os.path.join(d, TOPICS_FILE), data)
 
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -36,12 +36,16 @@ __all__ = [
     "time_index_file_name",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
+    "DELETED_SUFFIX",
 ]
 
 HEADER_SIZE = 61  # v2 record batch header
 LOG_OVERHEAD = 12  # baseOffset + batchLength
+DELETED_SUFFIX = ".deleted"
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _SCAN_CHUNK = 64 * 1024
+_RECOVERY_CHUNK = 4 * 1024 * 1024
+_INT32_MAX = (1 << 31) - 1
 _UNKNOWN = object()
 
 
@@ -416,34 +420,63 @@ class LogSegment:
         return cut
 
     def _scan_and_index(self, start: int, verify_crc: bool, reindex_from: int | None = None) -> int:
-        """Walk batches from ``start``; add index entries; return the end of the valid bytes."""
+        """Walk batches from ``start``; add index entries; return the end of the valid bytes.
+
+        Stops at a partial batch, a non-v2 magic, an impossible length, a base offset
+        below the segment's or not after the previous batch, an offset that does not
+        fit the index, or (``verify_crc``) a CRC mismatch.  Reads the file in chunks of
+        ``_RECOVERY_CHUNK`` bytes and checks CRCs on slices of them (no copy per batch).
+        """
         valid = start
+        end = self._size
         interval = self.index_interval_bytes
         oi, ti = self.offset_index, self.time_index
         fd = self._file.fileno()
-        for pos, hdr in self.iter_batch_headers(start):
-            if pos != valid:  # pragma: no cover - iter_batch_headers is contiguous
+        base = self.base_offset
+        max_offset = base + _INT32_MAX
+        max_ts, max_ts_offset = self._max_ts, self._max_ts_offset
+        since = self._bytes_since_last_index_entry
+        prev_last = base - 1
+        buf = b""
+        buf_start = pos = start
+        while pos + HEADER_SIZE <= end:
+            rel = pos - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_RECOVERY_CHUNK, end - pos), pos)
+                buf_start, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    break
+            hdr = _parse_header(buf, rel)
+            if hdr is None or hdr.batch_length < _MIN_BATCH_LENGTH:
+                break
+            size = hdr.batch_length + LOG_OVERHEAD
+            if pos + size > end:
                 break
             last_offset = hdr.base_offset + hdr.last_offset_delta
-            size = hdr.batch_length + LOG_OVERHEAD
-            if hdr.base_offset < self.base_offset or not self.can_convert_to_relative_offset(last_offset):
+            if hdr.base_offset <= prev_last or hdr.last_offset_delta < 0 or last_offset > max_offset:
                 break
             if verify_crc:
-                data = os.pread(fd, size, pos)
-                if len(data) < size or not _verify_crc(data, 0, hdr):
+                if rel + size > len(buf):
+                    buf = os.pread(fd, max(size, min(_RECOVERY_CHUNK, end - pos)), pos)
+                    buf_start, rel = pos, 0
+                if not _verify_crc(buf, rel, hdr):
                     break
-            if hdr.max_timestamp > self._max_ts:
-                self._max_ts = hdr.max_timestamp
-                self._max_ts_offset = last_offset
+            prev_last = last_offset
+            if hdr.max_timestamp > max_ts:
+                max_ts = hdr.max_timestamp
+                max_ts_offset = last_offset
             already = reindex_from is not None and last_offset <= reindex_from
-            if not already and self._bytes_since_last_index_entry > interval:
+            if not already and since > interval:
                 if not oi.is_full() and (oi.entries == 0 or last_offset > oi.last_offset):
                     oi.append(last_offset, pos)
-                if not ti.is_full() and (ti.entries == 0 or self._max_ts_offset >= ti.last_entry().offset):
-                    ti.maybe_append(self._max_ts, self._max_ts_offset)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += size
-            valid = pos + size
+                if not ti.is_full() and (ti.entries == 0 or max_ts_offset >= ti.last_entry().offset):
+                    ti.maybe_append(max_ts, max_ts_offset)
+                since = 0
+            since += size
+            pos += size
+            valid = pos
+        self._max_ts, self._max_ts_offset = max_ts, max_ts_offset
+        self._bytes_since_last_index_entry = since
         return valid
 
     def read_next_offset(self) -> int:
@@ -521,6 +554,34 @@ class LogSegment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    def rename_to_deleted(self) -> None:
+        """Retention: rename the three files to ``<name>.deleted`` (removed later with
+        ``delete``).  Open descriptors and maps stay valid, so a Fetch already holding a
+        FileSlice of this segment still sends its bytes."""
+        for attr in ("log_path", "offset_index_path", "time_index_path"):
+            old = getattr(self, attr)
+            new = old + DELETED_SUFFIX
+            try:
+                os.replace(old, new)
+            except FileNotFoundError:
+                pass
+            setattr(self, attr, new)
+        self._file.path = self.log_path
+        self.offset_index.path = self.offset_index_path
+        self.time_index.path = self.time_index_path
+
+    def migrate_time_index(self, timestamp: int) -> None:
+        """KIP-33 migration of a segment written before timestamps existed (its batches
+        carry none): a time index of one entry, (``timestamp`` (the .log mtime), the
+        segment's last offset), so retention and search by time keep working."""
+        last = self.read_next_offset() - 1
+        if last < self.base_offset or self._max_ts >= 0:
+            return
+        self.time_index.reset()
+        self.time_index.maybe_append(timestamp, last, skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self._max_ts, self._max_ts_offset = timestamp, last
 
     def __repr__(self) -> str:
         return (f"LogSegment(base_offset={self.base_offset}, size={self._size}, "

@@ -181,3 +181,22 @@ def test_recovery_after_torn_write_and_lost_indexes(broker_factory):
     compare_offsets_for_times("kp", offsets_for_times("kp", b.bootstrap, topic, targets), stamps)
     assert (pdir / (victim.stem + ".index")).exists() and (pdir / (victim.stem + ".timeindex")).exists(), \
         "missing index files were not rebuilt"
+
+
+def test_checkpoint_files_after_clean_stop(broker_factory):
+    """SPEC section 1: Kafka's per-log-dir checkpoint files are written on an orderly
+    stop (text: version 0, count, "topic partition offset" lines); after a clean stop the
+    recovery point is the log end."""
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    topic = create_topic(b.bootstrap, unique_topic("ckpt"))
+    produce("ck", b.bootstrap, topic, make_records(500, now_ms() - 5_000, prefix="c"))
+    assert b.stop() == 0
+    for name, want in (("recovery-point-offset-checkpoint", 500), ("log-start-offset-checkpoint", 0)):
+        path = b.log_dir / name
+        assert path.exists(), f"no {name} in the log dir after a clean stop"
+        lines = path.read_text().split("\n")
+        assert lines[0] == "0" and int(lines[1]) == len([x for x in lines[2:] if x.strip()]), lines[:4]
+        entries = {tuple(x.split()[:2]): int(x.split()[2]) for x in lines[2:] if x.strip()}
+        if name == "log-start-offset-checkpoint" and (topic, "0") not in entries:
+            continue  # Kafka writes only partitions whose log start offset is above 0
+        assert entries.get((topic, "0")) == want, f"{name}: {entries}"

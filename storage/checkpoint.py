@@ -1,0 +1,127 @@
+"""Per-log-dir offset checkpoint files and the clean-shutdown marker.
+
+Checkpoint files (Kafka's ``OffsetCheckpointFile`` text format), one of each per log dir:
+
+* ``recovery-point-offset-checkpoint``: per partition, the offset up to which the log
+  is known to be on disk (fsync'd); recovery after a crash starts at the segment
+  holding it;
+* ``log-start-offset-checkpoint``: per partition, the log start offset (Kafka writes
+  only partitions whose log start offset is above their first segment's base offset;
+  we do the same).
+
+Format (UTF-8 text, ``\\n`` line ends)::
+
+    0                      <- version
+    2                      <- number of entries
+    events 0 1500          <- topic, partition, offset (one space between)
+    events 1 1498
+
+Written atomically: ``<name>.tmp``, fsync, rename over the old file, fsync the
+directory.  A missing file reads as no entries; a malformed one raises
+:class:`CheckpointError` naming the file, the line and what is wrong (the caller then
+treats every partition of that dir as having no checkpoint: full recovery).
+
+``.kafka_cleanshutdown`` (Kafka's name; empty file) is written in each log dir after
+every log of the dir was flushed and closed on an orderly stop, and removed as soon as
+startup has read it, so a crash during loading counts as unclean.
+"""
+
+from __future__ import annotations
+
+import os
+
+from storage.errors import StorageError
+
+__all__ = [
+    "CheckpointError",
+    "RECOVERY_POINT_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "CLEAN_SHUTDOWN_FILE",
+    "read_checkpoint",
+    "write_checkpoint",
+    "atomic_write",
+]
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_VERSION = 0
+
+
+class CheckpointError(StorageError):
+    """A checkpoint file that cannot be parsed."""
+
+
+def read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): offset}``; ``{}`` when the file does not exist."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"checkpoint file {path} is not UTF-8 text: {e}") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise CheckpointError(f"checkpoint file {path} is truncated: {len(lines)} line(s), "
+                              f"expected a version and a count line")
+    if lines[0].strip() != str(_VERSION):
+        raise CheckpointError(f"checkpoint file {path} has unknown version {lines[0]!r} (expected 0)")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise CheckpointError(f"checkpoint file {path}: line 2 {lines[1]!r} is not an entry count") from None
+    entries = lines[2:]
+    if count != len(entries):
+        raise CheckpointError(f"checkpoint file {path} says {count} entries but has {len(entries)}")
+    out: dict[tuple[str, int], int] = {}
+    for i, line in enumerate(entries, start=3):
+        parts = line.split(" ")
+        if len(parts) != 3:
+            raise CheckpointError(f"checkpoint file {path}: line {i} {line!r} is not 'topic partition offset'")
+        topic, part, off = parts
+        try:
+            partition, offset = int(part), int(off)
+        except ValueError:
+            raise CheckpointError(f"checkpoint file {path}: line {i} {line!r} has a non-integer "
+                                  f"partition or offset") from None
+        if partition < 0 or offset < 0 or not topic:
+            raise CheckpointError(f"checkpoint file {path}: line {i} {line!r} has a negative value "
+                                  f"or an empty topic")
+        out[(topic, partition)] = offset
+    return out
+
+
+def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
+    """Write ``entries`` atomically (sorted by topic, partition)."""
+    lines = [str(_VERSION), str(len(entries))]
+    lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """temp file + fsync + rename + fsync of the directory."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_dir(path: str) -> None:
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
