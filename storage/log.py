@@ -188,6 +188,8 @@ class Log:
                     first_unflushed = i
                     break
         to_recover = len(segs) - first_unflushed if not clean else 0
+        if to_recover and not any(s.size for s in segs[first_unflushed:]):
+            to_recover = 0  # nothing to walk (a new log): recover quietly
         recovered = recovered_bytes = 0
         started = time.perf_counter()
         if to_recover:
@@ -208,8 +210,9 @@ class Log:
                 logger.warning("%s: rebuilding the indexes of segment %s: %s", tp, seg.log_path, problem)
             else:
                 problem = None
-                logger.info("%s: recovering unflushed segment %d (%d/%d, %d bytes)", tp, seg.base_offset,
-                            recovered + 1, to_recover, seg.size)
+                if to_recover:
+                    logger.info("%s: recovering unflushed segment %d (%d/%d, %d bytes)", tp, seg.base_offset,
+                                recovered + 1, to_recover, seg.size)
             mtime = seg.last_modified_ms() if seg.size else -1
             size_before = seg.size
             cut = seg.recover()
@@ -232,7 +235,7 @@ class Log:
                 seg.resize_indexes(seg.max_index_size)
             i += 1
         self._bases = [s.base_offset for s in segs]
-        if recovered:
+        if recovered and recovered_bytes:
             secs = max(time.perf_counter() - started, 1e-6)
             logger.info("%s: recovered %d segment(s), %d bytes in %.2f s (%.1f MB/s)", tp, recovered,
                         recovered_bytes, secs, recovered_bytes / secs / 1e6)

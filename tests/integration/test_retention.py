@@ -84,3 +84,50 @@ def test_time_retention_everything_expired(retention_broker):
     assert [a.offset for a in acks] == [4, 5]
     got = consume("aio", b.bootstrap, topic, 2, start=4)
     assert [g.offset for g in got] == [4, 5]
+
+
+def test_broker_level_retention_defaults_and_topic_overrides(broker_factory):
+    """log.retention.minutes and log.roll.ms are the defaults of every topic without an
+    override; a topic override (retention.ms=-1) wins over them (Kafka's precedence)."""
+    b = broker_factory({"auto.create.topics.enable": "false",
+                        "log.retention.check.interval.ms": 300,
+                        "log.segment.delete.delay.ms": 100,
+                        "log.retention.minutes": 10,
+                        "log.roll.ms": MIN})
+    defaults = create_topic(b.bootstrap, unique_topic("brokerdefaults"))
+    keep = create_topic(b.bootstrap, unique_topic("override"), {"retention.ms": -1})
+    now = now_ms()
+    plan = [(None, [now - 60 * MIN]), (None, [now - 40 * MIN]), (None, [now - MIN])]
+    for topic in (defaults, keep):
+        assert len(produce_batches(b.bootstrap, topic, plan)) == 3
+    # log.roll.ms=1 min: every batch above is more than a minute after the previous one
+    assert len(list(b.partition_dir(defaults).glob("*.log"))) == 3
+    wait_for(lambda: beginning_offset(b.bootstrap, defaults) == 2, 15,
+             "log.retention.minutes=10 to expire the two old segments")
+    time.sleep(1.0)  # several more retention passes
+    assert beginning_offset(b.bootstrap, keep) == 0, "retention.ms=-1 on the topic must keep everything"
+    assert end_offset(b.bootstrap, keep) == 3 and end_offset(b.bootstrap, defaults) == 3
+
+
+def test_size_retention(broker_factory):
+    b = broker_factory({"auto.create.topics.enable": "false",
+                        "log.retention.check.interval.ms": 300,
+                        "log.segment.delete.delay.ms": 100})
+    topic = create_topic(b.bootstrap, unique_topic("bysize"),
+                         {"segment.bytes": 50_000, "retention.bytes": 120_000, "retention.ms": -1})
+    now = now_ms()
+    for i in range(10):  # ~25 KB per call: about two appends per segment
+        produce("ck", b.bootstrap, topic, make_records(100, now - 1000, value_size=200, prefix=f"s{i}"))
+    pdir = b.partition_dir(topic)
+
+    def log_bytes():
+        return sum(p.stat().st_size for p in pdir.glob("*.log"))
+
+    assert log_bytes() > 200_000
+    wait_for(lambda: log_bytes() < 170_000, 15, "retention.bytes to delete old segments")
+    total = log_bytes()
+    assert total >= 120_000, f"size retention deleted too much: {total} bytes left, limit 120000"
+    start = beginning_offset(b.bootstrap, topic)
+    assert start > 0 and end_offset(b.bootstrap, topic) == 1000
+    got = consume("ck", b.bootstrap, topic, 1000 - start, start=start)
+    assert [g.offset for g in got] == list(range(start, 1000))
