@@ -30,6 +30,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     18: (0, 3, handlers.api_versions.handle),
     19: (0, 7, handlers.create_topics.handle),
     20: (0, 6, handlers.delete_topics.handle),
+    21: (0, 2, handlers.delete_records.handle),
     22: (0, 4, handlers.init_producer_id.handle),
 }
 

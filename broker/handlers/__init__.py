@@ -3,6 +3,7 @@
 from broker.handlers import (  # noqa: F401
     api_versions,
     create_topics,
+    delete_records,
     delete_topics,
     fetch,
     find_coordinator,
