@@ -6,11 +6,14 @@ Subcommands:
   loads the configuration and runs the broker until SIGTERM/SIGINT.
 * ``chronolog config --describe [--config F] [--override key=value ...]`` prints the
   effective broker configuration, one ``name=value (source)`` line per property.
+* ``chronolog dump-log --files PATH[,PATH...] [--print-data-log] [--deep-iteration]
+  [--verify-index-only] [--index-sanity-check] [--max-bytes N]`` prints segment files
+  (.log, .index, .timeindex) as Kafka's kafka-dump-log.sh does (see storage.dump_log).
 
 Exit codes: 0 success, 2 usage or configuration error (the one-line ConfigError message
 goes to stderr), 1 unexpected failure.
 
-More subcommands (dump-log, get-offsets, consumer-groups, topics, configs) plug in by
+More subcommands (get-offsets, consumer-groups, topics, configs) plug in by
 adding a ``_register_<name>`` function to :data:`_REGISTRARS`.
 """
 
@@ -132,7 +135,61 @@ def _register_config(sub) -> None:
     p.set_defaults(func=_cmd_config, parser=p)
 
 
-_REGISTRARS: list[Callable] = [_register_serve, _register_config]
+# ---------------------------------------------------------------------- dump-log
+
+
+def _cmd_dump_log(args: argparse.Namespace) -> int:
+    from storage.dump_log import DumpOptions, dump_files
+
+    files = [f for f in args.files.split(",") if f]
+    if not files:
+        args.parser.print_usage(sys.stderr)
+        print("chronolog dump-log: --files names no file", file=sys.stderr)
+        return EXIT_USAGE
+    options = DumpOptions(
+        print_data_log=args.print_data_log,
+        deep_iteration=args.deep_iteration,
+        verify_index_only=args.verify_index_only,
+        index_sanity_check=args.index_sanity_check,
+        max_bytes=args.max_bytes,
+        max_message_size=args.max_message_size,
+        skip_record_metadata=args.skip_record_metadata,
+    )
+    try:
+        return dump_files(files, sys.stdout, sys.stderr, options)
+    except BrokenPipeError:  # e.g. `chronolog dump-log --files x.log | head`
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+        return EXIT_OK
+
+
+def _register_dump_log(sub) -> None:
+    p = sub.add_parser(
+        "dump-log",
+        help="print the contents of .log, .index and .timeindex files",
+        description="Print segment files as Kafka's kafka-dump-log.sh does; nothing is modified.",
+    )
+    p.add_argument("--files", required=True, metavar="FILE[,FILE...]",
+                   help="comma separated .log / .index / .timeindex files")
+    p.add_argument("--print-data-log", action="store_true",
+                   help="print record keys and payloads (implies --deep-iteration)")
+    p.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    p.add_argument("--verify-index-only", action="store_true",
+                   help="check index entries against the log; print only the mismatches")
+    p.add_argument("--index-sanity-check", action="store_true",
+                   help="only run the startup sanity check on index files")
+    p.add_argument("--max-bytes", type=int, default=2**31 - 1, metavar="N",
+                   help="read at most N bytes of each .log")
+    p.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024, metavar="N",
+                   help="largest batch read when checking an .index (default 5 MiB)")
+    p.add_argument("--skip-record-metadata", action="store_true",
+                   help="with --print-data-log, print only keys and payloads")
+    p.set_defaults(func=_cmd_dump_log, parser=p)
+
+
+_REGISTRARS: list[Callable] = [_register_serve, _register_config, _register_dump_log]
 
 
 # ---------------------------------------------------------------------- main
