@@ -529,6 +529,55 @@ def record_timestamps(buf, pos: int, header: BatchHeader, *,
     return stamps
 
 
+def first_record_at_or_after(buf, pos: int, header: BatchHeader, target_ts: int,
+                             min_offset: int) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record of the batch at ``pos`` whose
+    timestamp >= ``target_ts`` and offset >= ``min_offset``, or None (search by time).
+
+    Reads only each record's length, timestamp delta and offset delta and jumps over
+    the rest (the batch was CRC-checked when it was written); LogAppendTime batches
+    answer from the header (every record has maxTimestamp)."""
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        if header.max_timestamp < target_ts:
+            return None
+        last = header.base_offset + header.last_offset_delta
+        if header.compression == 0 and header.records_count == header.last_offset_delta + 1:
+            return (max(header.base_offset, min_offset), header.max_timestamp) if min_offset <= last else None
+        target_ts = -(1 << 63)  # any record at or past min_offset; offsets may have gaps
+        lat = header.max_timestamp
+    else:
+        lat = None
+    data = _batch_payload(buf, pos, header)
+    base_ts, base_off = header.base_timestamp, header.base_offset
+    p = 0
+    rv = _read_varint
+    try:
+        for _ in range(header.records_count):
+            b = data[p]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = rv(data, p)
+            rec_end = p + length
+            b = data[p + 1]  # after the attributes byte
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                q = p + 2
+            else:
+                ts_delta, q = rv(data, p + 1)
+            b = data[q]
+            off_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else rv(data, q)[0]
+            ts = base_ts + ts_delta
+            off = base_off + off_delta
+            if ts >= target_ts and off >= min_offset:
+                return off, (ts if lat is None else lat)
+            p = rec_end
+    except IndexError:
+        raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
+    return None
+
+
 def _as_record(item, index: int):
     """Normalise a build_batch input item -> (offset|None, ts, key, value, headers)."""
     if isinstance(item, Record):

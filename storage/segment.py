@@ -89,6 +89,7 @@ def _parse_header(buf, pos: int):
 
 _verify_crc = _records.verify_crc
 _iter_records = _records.iter_records
+_first_at_or_after = _records.first_record_at_or_after
 
 
 class _LogFile:
@@ -322,9 +323,9 @@ class LogSegment:
         for pos, hdr in self.iter_batch_headers(position):
             if hdr.max_timestamp >= timestamp and hdr.base_offset + hdr.last_offset_delta >= starting_offset:
                 data = self.read_bytes(pos, hdr.batch_length + LOG_OVERHEAD)
-                for rec in _iter_records(data, 0, hdr):
-                    if rec.timestamp >= timestamp and rec.offset >= starting_offset:
-                        return OffsetAndTimestamp(rec.offset, rec.timestamp)
+                found = _first_at_or_after(data, 0, hdr, timestamp, starting_offset)
+                if found is not None:
+                    return OffsetAndTimestamp(*found)
         return None
 
     def find_max_timestamp_record(self) -> OffsetAndTimestamp | None:

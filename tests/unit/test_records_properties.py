@@ -169,3 +169,25 @@ def test_legacy_corruption_clean_errors(buf, config):
                          last_append_time_ms=-1)
     except E.StorageError:
         pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stamps=st.lists(st.integers(min_value=0, max_value=10**13), min_size=1, max_size=40),
+       codec=st.sampled_from([0, 1, 3, 4]), lat=st.booleans(),
+       gaps=st.lists(st.integers(min_value=0, max_value=3), min_size=40, max_size=40),
+       base=st.integers(min_value=0, max_value=10**9), data=st.data())
+def test_first_record_at_or_after_matches_full_decode(stamps, codec, lat, gaps, base, data):
+    """The lean search walk answers exactly what decoding every record answers."""
+    offsets, off = [], 0
+    for i in range(len(stamps)):
+        offsets.append(off)
+        off += 1 + gaps[i]
+    recs = [R.Record(base + offsets[i], ts, None, b"v%d" % i * (i % 5), ()) for i, ts in enumerate(stamps)]
+    raw = R.build_batch(recs, base_offset=base, compression=codec, timestamp_type=1 if lat else 0,
+                        log_append_time=max(stamps) + 7 if lat else None)
+    hdr = R.parse_batch_header(raw, 0)
+    decoded = list(R.iter_records(raw, 0, hdr))
+    target = data.draw(st.one_of(st.sampled_from(stamps), st.integers(min_value=-1, max_value=10**13 + 10)))
+    min_off = data.draw(st.integers(min_value=base - 2, max_value=base + off + 2))
+    want = next(((r.offset, r.timestamp) for r in decoded if r.timestamp >= target and r.offset >= min_off), None)
+    assert R.first_record_at_or_after(raw, 0, hdr, target, min_off) == want
