@@ -33,3 +33,8 @@ test: $(STAMP) tools
 
 bench: $(STAMP)
 	$(PY) bench/throughput.py $(ARGS)
+
+# Log lifecycle: clean restart, unclean recovery, ListOffsets-by-time latency (bench/README.md)
+.PHONY: bench-lifecycle
+bench-lifecycle: $(STAMP)
+	$(PY) bench/lifecycle.py $(ARGS)

@@ -22,7 +22,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -41,6 +40,11 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
+
+try:  # run as a script (bench/ is sys.path[0]) or imported as bench.throughput
+    from bench import _machine
+except ImportError:
+    import _machine
 
 REPO = Path(__file__).resolve().parent.parent
 KNOWN_BROKERS = ("chronolog", "tansu")
@@ -460,54 +464,7 @@ def consume_phase(bootstrap: str, topic: str, records: int, size: int, timeout: 
 
 
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
-    info: dict[str, Any] = {}
-    cpu_model = None
-    cores: set[tuple[str, str]] = set()
-    phys = core = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key, val = key.strip(), val.strip()
-                if key == "model name" and cpu_model is None:
-                    cpu_model = val
-                elif key == "physical id":
-                    phys = val
-                elif key == "core id":
-                    core = val
-                elif not key and phys is not None and core is not None:
-                    cores.add((phys, core))
-                    phys = core = None
-        if phys is not None and core is not None:
-            cores.add((phys, core))
-    except OSError:
-        pass
-    info["cpu_model"] = cpu_model
-    info["logical_cpus"] = os.cpu_count()
-    info["physical_cores"] = len(cores) or None
-    try:
-        info["usable_cpus"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        info["usable_cpus"] = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    info["mem_total_gb"] = round(int(line.split()[1]) * 1024 / 1e9, 1)
-    except OSError:
-        pass
-    try:
-        info["virtualization"] = "hypervisor" if "hypervisor" in Path("/proc/cpuinfo").read_text() else "none detected"
-    except OSError:
-        pass
-    info["kernel"] = platform.release()
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                info["os"] = line.split("=", 1)[1].strip('"')
-    except OSError:
-        pass
-    info["python"] = f"{platform.python_implementation()} {platform.python_version()}"
+    info = _machine.base_info()
     ckv = getattr(confluent_kafka, "__version__", None) or confluent_kafka.version()
     info["confluent_kafka"] = ckv[0] if isinstance(ckv, tuple) else str(ckv)
     info["librdkafka"] = confluent_kafka.libversion()[0]
@@ -519,18 +476,7 @@ def machine_info(args: argparse.Namespace) -> dict[str, Any]:
         except (OSError, subprocess.TimeoutExpired) as e:
             info["tansu"] = f"unknown ({e})"
     if "chronolog" in args.brokers:
-        try:
-            from importlib.metadata import version
-            info["chronolog"] = version("chronolog")
-        except Exception:
-            info["chronolog"] = "package not installed in this interpreter (run from the checkout)"
-        try:
-            rev = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                                 capture_output=True, text=True, timeout=10)
-            if rev.returncode == 0:
-                info["chronolog_git"] = rev.stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        info.update(_machine.chronolog_info(REPO))
     return info
 
 
@@ -599,16 +545,10 @@ def render_markdown(result: dict[str, Any]) -> str:
     out.append("")
     out.append("### Machine")
     out.append("")
-    out.append(f"- CPU: {m.get('cpu_model')}, {m.get('logical_cpus')} logical CPUs "
-               f"({m.get('physical_cores')} cores, {m.get('usable_cpus')} usable), "
-               f"{m.get('virtualization', '?')}")
-    out.append(f"- RAM: {m.get('mem_total_gb')} GB")
-    out.append(f"- Kernel: Linux {m.get('kernel')} ({m.get('os', 'unknown OS')})")
-    out.append(f"- Python: {m.get('python')}; confluent-kafka {m.get('confluent_kafka')}, "
-               f"librdkafka {m.get('librdkafka')}")
-    for k in ("tansu", "chronolog", "chronolog_git"):
-        if k in m:
-            out.append(f"- {k}: {m[k]}")
+    out.extend(_machine.markdown_lines(
+        m, python_extra=f"; confluent-kafka {m.get('confluent_kafka')}, "
+                        f"librdkafka {m.get('librdkafka')}",
+        extra_keys=("tansu", "chronolog", "chronolog_git")))
     for name, b in result["brokers"].items():
         if "command" in b:
             out.append(f"- {name} command: `{b['command']}`")
