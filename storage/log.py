@@ -241,7 +241,11 @@ class Log:
                         recovered_bytes, secs, recovered_bytes / secs / 1e6)
 
     def _scan_end(self):
-        """(log end offset, header of the last batch or None)."""
+        """(log end offset, header of the last batch in the log or None).
+
+        An empty active segment's base offset is the end, but the last batch (whose
+        LogAppendTime the next append must not go below) is in an earlier segment."""
+        end = None
         for seg in reversed(self._segments):
             last = None
             start = seg.offset_index.lookup(seg.offset_index.last_offset).position
@@ -251,11 +255,10 @@ class Log:
                 for _pos, hdr in seg.iter_batch_headers(0):
                     last = hdr
             if last is not None:
-                return last.base_offset + last.last_offset_delta + 1, last
-            if seg is self._segments[-1]:
-                # an empty active segment: its base offset is the end
-                return seg.base_offset, None
-        return self._segments[-1].base_offset, None  # pragma: no cover
+                return (end if end is not None else last.base_offset + last.last_offset_delta + 1), last
+            if end is None:
+                end = seg.base_offset  # an empty active segment
+        return (end if end is not None else self._segments[-1].base_offset), None
 
     # ------------------------------------------------------------------ properties
     @property
