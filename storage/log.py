@@ -213,6 +213,7 @@ class Log:
                 if to_recover:
                     logger.info("%s: recovering unflushed segment %d (%d/%d, %d bytes)", tp, seg.base_offset,
                                 recovered + 1, to_recover, seg.size)
+            missing_time_index = not seg.time_index_existed
             mtime = seg.last_modified_ms() if seg.size else -1
             size_before = seg.size
             cut = seg.recover()
@@ -227,7 +228,7 @@ class Log:
                     later.delete()
                 del segs[i + 1:]
                 is_last = True
-            if problem == "missing time index" and not is_last and mtime >= 0:
+            if missing_time_index and not is_last and mtime >= 0:
                 # KIP-33: a segment from before timestamps (its batches carry none) gets
                 # one entry (file mtime, last offset); one with timestamps was rebuilt
                 seg.migrate_time_index(mtime)

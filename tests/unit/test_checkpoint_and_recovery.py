@@ -208,7 +208,8 @@ def test_retention_pass_checkpoints_the_new_log_start_offset(tmp_path):
 
 
 # --------------------------------------------------------------------------- KIP-33 migration
-def test_missing_time_index_of_a_segment_without_timestamps_is_migrated(tmp_path):
+@pytest.mark.parametrize("clean", [True, False])
+def test_missing_time_index_of_a_segment_without_timestamps_is_migrated(tmp_path, clean):
     clock = ManualClock(NOW)
     cfg = topic_config(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=1200)
     log = Log(str(tmp_path / "old-0"), cfg, clock)
@@ -223,7 +224,7 @@ def test_missing_time_index_of_a_segment_without_timestamps_is_migrated(tmp_path
     mtime_ms = (NOW - 3_600_000)
     os.utime(victim.log_path, (mtime_ms / 1000, mtime_ms / 1000))
 
-    log2 = Log(log.dir, cfg, clock, had_clean_shutdown=True)
+    log2 = Log(log.dir, cfg, clock, had_clean_shutdown=clean)  # unclean: every segment recovered
     raw = open(victim.time_index_path, "rb").read()
     assert len(raw) == 12
     assert struct.unpack(">qi", raw) == (mtime_ms, last_offset - victim.base_offset)
