@@ -502,9 +502,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     out.append(
         f"### Throughput: median of {cfg['runs']} runs, {cfg['records']:,} records x "
         f"{cfg['size']} B, 1 partition, linger.ms={cfg['linger_ms']:g}, acks=all, "
-        f"compression={cfg['compression']}, "
-        + (f"{cfg['recycle_mb']} MB of memory recycled before each produce phase"
-           if cfg.get("recycle_mb") else "no memory recycling (--recycle-mb 0)")
+        f"compression={cfg['compression']}"
     )
     out.append("")
     out.append("| broker | produce rec/s | produce MB/s | broker CPU µs/record (produce) "
@@ -584,8 +582,6 @@ def bench_broker(name: str, args: argparse.Namespace, workdir: Path,
         for run in range(1, args.runs + 1):
             topic = f"bench-{run}-{uuid.uuid4().hex[:8]}"
             create_topic(bp.bootstrap, topic, args.phase_timeout)
-            if args.recycle_mb:
-                recycle_memory(workdir, args.recycle_mb)
             try:
                 prod = produce_phase(bp.bootstrap, topic, payloads, args.compression,
                                      args.linger_ms, args.phase_timeout, cpu)
@@ -616,26 +612,6 @@ def bench_broker(name: str, args: argparse.Namespace, workdir: Path,
     return res
 
 
-def recycle_memory(workdir: Path, mb: int) -> None:
-    """Write ``mb`` MB to a scratch file and delete it, untimed, before each produce phase.
-
-    On this KVM guest the first touch of a never-used guest page costs far more than
-    writing to a page the guest has used before (measured: 30 MB into fresh page-cache
-    pages ~0.07-0.10 s of system time, into recycled ones ~0.01-0.03 s), and that cost
-    lands on whichever broker asks the kernel for new memory first. Freeing a batch of
-    used pages just before each run puts both brokers in the same state, that of a
-    machine that has been up for a while. ``--recycle-mb 0`` turns it off."""
-    path = workdir / f"recycle-{uuid.uuid4().hex}.tmp"
-    chunk = b"\xa5" * (1 << 20)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for _ in range(mb):
-            os.write(fd, chunk)
-    finally:
-        os.close(fd)
-        os.unlink(path)
-
-
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -664,9 +640,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds before a produce/consume phase or topic creation fails (120)")
     ap.add_argument("--startup-timeout", type=float, default=60.0,
                     help="seconds for a broker to start answering Metadata (60)")
-    ap.add_argument("--recycle-mb", type=int, default=256,
-                    help="MB written to a scratch file and deleted before each produce phase, so "
-                         "both brokers get recycled rather than never-touched memory (256; 0: off)")
     ap.add_argument("--json-out", type=Path, help="also write all numbers to this JSON file")
     args = ap.parse_args(argv)
     args.brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
@@ -719,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             "records": args.records, "size": args.size, "runs": args.runs,
             "compression": args.compression, "linger_ms": args.linger_ms, "acks": "all",
             "partitions": 1, "payload": "random bytes, distinct per record, no key",
-            "brokers": args.brokers, "recycle_mb": args.recycle_mb,
+            "brokers": args.brokers,
         },
         "machine": machine_info(args),
         "brokers": {},
