@@ -20,6 +20,9 @@ __all__ = [
     "UnsupportedCompressionTypeError",
     "InvalidRequestError",
     "KafkaStorageError",
+    "OutOfOrderSequenceError",
+    "InvalidProducerEpochError",
+    "InvalidTxnStateError",
 ]
 
 
@@ -87,3 +90,16 @@ class KafkaStorageError(StorageError):
 
 class InvalidPartitionsError(StorageError):
     """A partition count that is not allowed (zero, negative)."""
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not continue its sequence numbers
+    (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch carries an epoch older than the producer's current one (INVALID_PRODUCER_EPOCH)."""
+
+
+class InvalidTxnStateError(StorageError):
+    """A transactional batch that is not part of an ongoing transaction (INVALID_TXN_STATE)."""

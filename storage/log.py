@@ -20,6 +20,14 @@ Loading (this milestone; full recovery with a clean-shutdown marker comes next):
   index still has its zero-filled preallocated tail, so the whole active segment is
   rebuilt (as Kafka recovers everything after the recovery point).
 
+Idempotent producers (:mod:`storage.producer_state`): every append of batches with a
+producer id is checked against the partition's producer state before anything is written
+(a duplicate of one of a producer's last 5 batches is not written again and the append
+answers with the original offsets, ``AppendInfo.duplicate``); the state is updated after
+the write.  ``<offset>.snapshot`` files: one at each rolled segment's base offset, one at
+the log end on clean close; loading reads the latest snapshot at or below the log end
+and replays the batches after it (nothing when the clean-close snapshot is at the end).
+
 Writes reach the page cache before ``append`` returns (``os.pwrite``), so acknowledged
 data survives a process kill without fsync; fsync happens per ``flush.messages`` /
 ``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to flush_due, as
@@ -33,12 +41,14 @@ import logging
 import os
 import re
 import shutil
+import struct
 import time
 from typing import NamedTuple
 
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
 from storage.index import CorruptIndexError
+from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.segment import (
     LogSegment,
     OffsetAndTimestamp,
@@ -54,6 +64,8 @@ logger = logging.getLogger(__name__)
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _TIMESTAMP_TYPE_BIT = 0x08
+_PRODUCER_ID_OFFSET = 43  # of the int64 producerId in a v2 batch header
+_I64 = struct.Struct(">q")
 
 
 class AppendInfo(NamedTuple):
@@ -63,6 +75,10 @@ class AppendInfo(NamedTuple):
     log_start_offset: int
     record_count: int
     max_timestamp: int
+    # True when the append was a retry of batches already in the log: nothing was
+    # written and the offsets/timestamp are those of the original batch (Kafka's
+    # duplicate answer: log_append_time is that batch's max timestamp)
+    duplicate: bool = False
 
 
 class FetchDataInfo(NamedTuple):
@@ -107,6 +123,16 @@ class Log:
         self._hw = self._leo
         if log_start_offset is not None and log_start_offset > self._log_start_offset:
             self._log_start_offset = min(int(log_start_offset), self._leo)
+        try:
+            self._producer_state = ProducerStateManager(
+                self.dir, topic_partition=f"{self.topic}-{self.partition}",
+                expiration_ms=self._producer_id_expiration_ms())
+            self._producer_state.remove_stray_snapshots(self._bases)
+            self._rebuild_producer_state(self._leo, reload_from_clean_shutdown=had_clean_shutdown)
+        except BaseException:
+            for seg in self._segments:
+                seg.close_handlers()
+            raise
         # after a clean shutdown everything up to the end was fsync'd; after a crash only
         # what the checkpoint says (the recovered tail is in the page cache, not on disk)
         self.recovery_point = self._leo if had_clean_shutdown else min(rp, self._leo)
@@ -261,6 +287,80 @@ class Log:
                 end = seg.base_offset  # an empty active segment
         return (end if end is not None else self._segments[-1].base_offset), None
 
+    # ------------------------------------------------------------------ producer state
+    def _producer_id_expiration_ms(self) -> int:
+        v = getattr(self.config, "producer_id_expiration_ms", None)
+        return DEFAULT_PRODUCER_ID_EXPIRATION_MS if v is None else int(v)
+
+    def _rebuild_producer_state(self, last_offset: int, reload_from_clean_shutdown: bool = False) -> None:
+        """Kafka's UnifiedLog.rebuildProducerState: the state up to ``last_offset`` from
+        the latest snapshot at or below it plus the batches after it.  After a clean
+        shutdown of a log that has no snapshot at all (data from before snapshots were
+        written) nothing is scanned: empty snapshots are taken instead, as Kafka does."""
+        psm = self._producer_state
+        segs = self._segments
+        to_snapshot = {segs[-1].base_offset, last_offset}
+        if len(segs) > 1:
+            to_snapshot.add(segs[-2].base_offset)
+        if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
+            for off in sorted(to_snapshot):
+                psm.map_end_offset = off
+                psm.take_snapshot()
+            return
+        now = self.clock.time_ms()
+        lso = self._log_start_offset
+        was_empty = psm.is_empty() and psm.map_end_offset >= last_offset
+        psm.truncate_and_reload(lso, last_offset, now)
+        if last_offset > psm.map_end_offset and not was_empty:
+            first = max(0, bisect.bisect_right(self._bases, psm.map_end_offset) - 1)
+            for seg in segs[first:]:
+                if seg.base_offset >= last_offset:
+                    break
+                start = max(seg.base_offset, psm.map_end_offset, lso)
+                psm.map_end_offset = start
+                if seg.base_offset in to_snapshot:
+                    psm.take_snapshot()
+                pos = seg.offset_index.lookup(start).position
+                for _pos, hdr in seg.iter_batch_headers(pos):
+                    if hdr.base_offset >= last_offset:
+                        break
+                    if hdr.base_offset + hdr.last_offset_delta < start:
+                        continue
+                    if hdr.producer_id >= 0:
+                        psm.load_batch(ProducerBatch.from_header(hdr))
+        psm.map_end_offset = last_offset
+        psm.take_snapshot()
+
+    def _producer_batches(self, va) -> list[ProducerBatch]:
+        """The batches of a validated append that carry a producer id."""
+        from protocol.records import parse_batch_header
+
+        buf = va.buffer
+        out = []
+        for b in va.batches:
+            if _I64.unpack_from(buf, b.position + _PRODUCER_ID_OFFSET)[0] >= 0:
+                hdr = parse_batch_header(buf, b.position)
+                out.append(ProducerBatch(hdr.producer_id, hdr.producer_epoch, hdr.base_sequence,
+                                         b.base_offset, b.last_offset, b.max_timestamp,
+                                         bool(hdr.is_transactional)))
+        return out
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` (also done at the
+        start of every retention pass)."""
+        self._producer_state.expiration_ms = self._producer_id_expiration_ms()
+        return self._producer_state.remove_expired(self.clock.time_ms() if now_ms is None else now_ms)
+
+    def take_producer_snapshot(self) -> bool:
+        """Write a snapshot of the producer state at the log end (fsync'd)."""
+        self._ensure_open()
+        self._producer_state.map_end_offset = self._leo
+        return self._producer_state.take_snapshot()
+
     # ------------------------------------------------------------------ properties
     @property
     def log_start_offset(self) -> int:
@@ -302,6 +402,7 @@ class Log:
     def update_config(self, config) -> None:
         """New topic config; new segments use its index settings."""
         self.config = config
+        self._producer_state.expiration_ms = self._producer_id_expiration_ms()
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False) -> AppendInfo:
@@ -319,7 +420,12 @@ class Log:
         return self.append_validated(va, now_ms=now)
 
     def append_validated(self, va, *, now_ms: int | None = None) -> AppendInfo:
-        """Append an already validated ``ValidatedAppend`` whose base offset is the LEO."""
+        """Append an already validated ``ValidatedAppend`` whose base offset is the LEO.
+
+        Batches with a producer id are checked against the producer state first
+        (raises OutOfOrderSequenceError, InvalidProducerEpochError,
+        InvalidTxnStateError; nothing is written then).  A retried batch is not
+        written again: the result has ``duplicate=True`` and the original offsets."""
         self._ensure_open()
         if now_ms is None:
             now_ms = self.clock.time_ms()
@@ -334,6 +440,14 @@ class Log:
             raise RecordListTooLargeError(
                 f"append of {size} bytes to {self.topic}-{self.partition} is larger than "
                 f"segment.bytes={segment_bytes}")
+        psm = self._producer_state
+        updates = None
+        pbatches = self._producer_batches(va)
+        if pbatches:
+            updates, dup = psm.prepare(pbatches)
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
+                                  dup.offset_delta + 1, dup.timestamp, True)
         seg = self._segments[-1]
         try:
             if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=size,
@@ -347,6 +461,9 @@ class Log:
                 f"I/O error appending to {self.topic}-{self.partition} in {self.dir}: {e}") from e
         self._leo = va.last_offset + 1
         self._hw = self._leo
+        if updates:
+            psm.apply(updates)
+        psm.map_end_offset = self._leo
         if va.log_append_time is not None and va.log_append_time >= 0:
             self._last_append_time_ms = max(self._last_append_time_ms, va.log_append_time)
         flush_messages = getattr(self.config, "flush_messages", None)
@@ -376,6 +493,10 @@ class Log:
         new = self._open_segment(new_base_offset)
         self._segments.append(new)
         self._bases.append(new_base_offset)
+        # a snapshot at the new base offset, so recovery can start from this segment
+        # (fsync'd with the next flush, as Kafka defers it to its flush of the old segment)
+        self._producer_state.map_end_offset = new_base_offset
+        self._producer_state.take_snapshot(sync=False)
         return new
 
     # ------------------------------------------------------------------ log start offset
@@ -394,6 +515,7 @@ class Log:
             return False
         logger.info("incrementing the log start offset of %s-%d to %d", self.topic, self.partition, new_offset)
         self._log_start_offset = new_offset
+        self._producer_state.on_log_start_offset_incremented(new_offset)
         return True
 
     # ------------------------------------------------------------------ retention
@@ -410,6 +532,7 @@ class Log:
         self._ensure_open()
         if now_ms is None:
             now_ms = self.clock.time_ms()
+        self.remove_expired_producers(now_ms)
         lso = self._log_start_offset
         n = self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso),
                                   "log start offset breach", now_ms)
@@ -476,6 +599,8 @@ class Log:
                         seg.largest_timestamp, reason)
             seg.rename_to_deleted()
             self._pending_deletes.append((now_ms + delay, seg))
+        self._producer_state.delete_snapshots_for(seg.base_offset for seg in deletable)
+        self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
         return k
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
@@ -556,6 +681,7 @@ class Log:
             raise ValueError(f"cannot truncate {self.topic}-{self.partition} to {offset}")
         if offset >= self._leo:
             return
+        bases_before = list(self._bases)
         while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
             self._segments.pop().delete()
             self._bases.pop()
@@ -566,11 +692,14 @@ class Log:
             self._segments.append(self._open_segment(offset))
             self._bases.append(offset)
             self._log_start_offset = offset
+            self._producer_state.truncate_fully_and_start_at(offset)
         else:
             self._segments[-1].truncate_to(offset)
+            self._producer_state.delete_snapshots_for(b for b in bases_before if b > offset)
         self._leo = offset
         self._hw = min(self._hw, offset)
         self.recovery_point = min(self.recovery_point, offset)
+        self._rebuild_producer_state(offset)
 
     # ------------------------------------------------------------------ durability
     def flush(self, offset: int | None = None) -> None:
@@ -587,6 +716,7 @@ class Log:
             if end is not None and end <= rp:
                 continue
             seg.flush()
+        self._producer_state.sync_snapshots(offset)
         self.recovery_point = max(rp, offset)
         self.last_flush_ms = self.clock.monotonic_ms()
 
@@ -602,6 +732,13 @@ class Log:
         """Clean close: final time-index entries, indexes trimmed, files closed."""
         if self._closed:
             return
+        try:
+            # a snapshot at the log end: the next start reads it and scans nothing
+            self._producer_state.map_end_offset = self._leo
+            self._producer_state.take_snapshot()
+        except OSError as e:
+            logger.error("%s-%d: could not write the producer state snapshot at close: %s",
+                         self.topic, self.partition, e)
         self._closed = True
         for seg in self._segments:
             seg.close()

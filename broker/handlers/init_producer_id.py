@@ -2,12 +2,16 @@
 
 kafka-python 3 and Kafka 3.0+ clients enable idempotence by default, so a broker that
 stock clients use must hand out producer ids. Ids come from ``ProducerIdManager``
-(unique across restarts). A request that names an existing producer id and epoch
-(KIP-360, v3+) gets the same id with the epoch bumped.
+(unique across restarts).
 
-Sequence-number de-duplication of retried batches is not done yet: batches keep their
-producer id, epoch and sequence on disk untouched, but a retried batch is appended again.
-Transactional ids are refused (no transaction coordinator).
+As Kafka's TransactionCoordinator.handleInitProducerId for a null transactional id: the
+request is "blindly accepted" and always answered with a new producer id and epoch 0,
+also when it names its current producer id and epoch (KIP-360, v3+; librdkafka does so
+to bump its epoch, the Java client bumps idempotent epochs locally).  A request naming
+only one of producer id / epoch is INVALID_REQUEST (KafkaApis.handleInitProducerIdRequest).
+Sequence numbers are checked per partition by storage.producer_state (duplicates
+answered with the original offsets).  Transactional ids are refused (no transaction
+coordinator).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from protocol.messages import InitProducerIdResponse
 
 log = logging.getLogger("chronolog.producer_id")
 
-_EPOCH_MAX = 32767
 
 
 class ProducerIdManager:
@@ -63,8 +66,10 @@ def handle(ctx, header, request):
         )
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
-    if pid is not None and pid >= 0 and epoch is not None and 0 <= epoch < _EPOCH_MAX:
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch + 1)
+    if (pid == -1) != (epoch == -1):
+        return InitProducerIdResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1
+        )
     return InitProducerIdResponse(
         throttle_time_ms=0, error_code=0, producer_id=ctx.producer_ids.allocate(), producer_epoch=0
     )

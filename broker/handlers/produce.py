@@ -4,6 +4,16 @@ Each partition is validated and appended on its own: a failing partition does no
 affect the others in the request. acks=0 gets no response; acks=1 and acks=-1 are the
 same on a single node (the append is in the page cache before the answer, fsync by the
 flush policy, as Kafka does).
+
+Idempotent producers: a retried batch (a duplicate of one of the producer's last 5
+batches in the partition) is not appended again and is answered with error NONE and the
+offsets it got the first time (Kafka's UnifiedLog.append / ReplicaManager: the
+DUPLICATE_SEQUENCE_NUMBER case never reaches the client).  Sequence gaps answer
+OUT_OF_ORDER_SEQUENCE_NUMBER, old epochs INVALID_PRODUCER_EPOCH (storage exceptions
+mapped by broker.errors).  Transactional batches: without a transactional id the whole
+request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis.handleProduceRequest);
+with one, each partition answers INVALID_TXN_STATE (no transaction coordinator here, so
+no transaction can be ongoing).
 """
 
 from __future__ import annotations
@@ -56,6 +66,21 @@ def handle(ctx, header, request):
             )
         return ProduceResponse(responses=responses, throttle_time_ms=0)
 
+    if getattr(request, "transactional_id", None) is None and _has_transactional_records(request):
+        # KafkaApis.handleProduceRequest: every partition gets the error
+        for t in request.topic_data:
+            responses.append(
+                TopicResponse(
+                    name=t.name,
+                    partition_responses=[
+                        _error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                               "transactional records need a transactional id")
+                        for p in t.partition_data
+                    ],
+                )
+            )
+        return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
+
     for t in request.topic_data:
         name = t.name
         parts = []
@@ -89,7 +114,11 @@ def _append_one(ctx, lm, version, topic, partition, records):
     except Exception as exc:  # never crash the connection on one partition's failure
         code = error_code_for(exc)
         return _error(partition, code, f"{type(exc).__name__}: {exc}")
-    ctx.notify_append(topic, partition)
+    if info.duplicate:
+        log.debug("duplicate produce to %s-%d answered with the original base offset %d",
+                  topic, partition, info.base_offset)
+    else:
+        ctx.notify_append(topic, partition)
     return PartitionResponse(
         index=partition,
         error_code=0,
@@ -99,3 +128,16 @@ def _append_one(ctx, lm, version, topic, partition, records):
         record_errors=[],
         error_message=None,
     )
+
+
+def _has_transactional_records(request) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of any partition is
+    a v2 batch with the transactional attribute."""
+    for t in request.topic_data:
+        for p in t.partition_data:
+            r = p.records
+            if r is not None and len(r) >= rec.HEADER_SIZE and rec.magic_of(r, 0) == 2:
+                (attrs,) = rec._H.unpack_from(r, rec.ATTRIBUTES_OFFSET)
+                if attrs & rec.TRANSACTIONAL_MASK:
+                    return True
+    return False

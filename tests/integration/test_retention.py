@@ -123,7 +123,8 @@ def test_size_retention(broker_factory):
     def log_bytes():
         return sum(p.stat().st_size for p in pdir.glob("*.log"))
 
-    assert log_bytes() > 200_000
+    # ~250 KB were written (retention may already be at work while producing)
+    assert end_offset(b.bootstrap, topic) == 1000
     wait_for(lambda: log_bytes() < 170_000, 15, "retention.bytes to delete old segments")
     total = log_bytes()
     assert total >= 120_000, f"size retention deleted too much: {total} bytes left, limit 120000"

@@ -1,0 +1,507 @@
+"""Per-partition state of idempotent producers and its ``<offset>.snapshot`` files.
+
+What Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` / ``ProducerStateEntry`` /
+``BatchMetadata`` do for idempotent (non-transactional) producers: for each producer id
+seen in the partition, its epoch and the metadata of its last 5 batches (first/last
+sequence, first/last offset, max timestamp), so a retried batch is recognised and
+answered with the offsets it got the first time, a gap in sequence numbers is refused
+and an older epoch is fenced.
+
+Rules (``ProducerAppendInfo.checkProducerEpoch`` / ``checkSequence``), for a batch from a
+client with producerId >= 0:
+
+* duplicate: the producer's epoch equals the batch's and one of the cached batches has
+  exactly the batch's first and last sequence -> nothing appended, the append answers
+  with that batch's first/last offset and max timestamp (``UnifiedLog.append``);
+* epoch below the producer's epoch -> :class:`~storage.errors.InvalidProducerEpochError`
+  (INVALID_PRODUCER_EPOCH, Kafka 2.7+ answers it instead of PRODUCER_FENCED);
+* a new (higher) epoch must start at sequence 0, unless the producer had no epoch
+  (unknown producer) -> otherwise :class:`~storage.errors.OutOfOrderSequenceError`;
+* same epoch: the first sequence must follow the last one (``last + 1``, or 0 after
+  ``Int32.MAX``) -> otherwise OutOfOrderSequenceError;
+* an unknown producer id (never seen, expired, or its batches deleted by retention)
+  is accepted at any sequence: current Kafka does exactly this ("If there is no current
+  producer epoch ... accept writes with any sequence number"); UNKNOWN_PRODUCER_ID is
+  no longer answered.
+
+Checking is pure (:meth:`ProducerStateManager.prepare` returns the updated entries
+without touching the state); :meth:`ProducerStateManager.apply` installs them after the
+write succeeded.  Replaying batches from the log (:meth:`load_batch`) skips the checks,
+as Kafka's REPLICATION origin does.
+
+Snapshot file ``<offset, 20 digits>.snapshot``: the state of every producer for the log
+up to ``offset`` (exclusive).  Kafka's ``ProducerSnapshot`` message, version 1,
+big-endian::
+
+    version             int16   = 1
+    crc                 uint32  CRC-32C of every byte after this field
+    count               int32   number of entries
+    count x entry (46 bytes):
+        producer_id             int64
+        epoch                   int16
+        last_sequence           int32
+        last_offset             int64   (-1: no batch cached)
+        offset_delta            int32   last_offset - first offset of that batch
+        timestamp               int64   max timestamp of that batch
+        coordinator_epoch       int32   always -1 here (no transactions)
+        current_txn_first_offset int64  always -1 here
+
+Kafka writes one entry per producer (its last batch).  We write one entry per cached
+batch, oldest first, so all 5 survive a restart; Kafka's reader keeps the last entry of
+each producer id, which is exactly the entry it would have written itself, so the files
+stay readable by Kafka.  A file that fails the version, length or CRC check is deleted
+and the state is rebuilt from an older snapshot and the log.
+
+File life cycle (as ``UnifiedLog``): a snapshot at the new segment's base offset on
+every roll (not fsync'd; fsync'd with the next flush), one at the log end on clean close
+and after loading, snapshots of deleted segments deleted with them, snapshots above the
+log end deleted on truncation and on load.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import struct
+from collections import deque
+from typing import Iterable, NamedTuple
+
+from crc32c import crc32c
+
+from storage.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+
+__all__ = [
+    "NUM_BATCHES_TO_RETAIN", "DEFAULT_PRODUCER_ID_EXPIRATION_MS", "BatchMetadata", "ProducerStateEntry",
+    "ProducerBatch", "ProducerStateManager", "CorruptSnapshotError", "read_snapshot", "write_snapshot",
+    "snapshot_file_name", "increment_sequence", "decrement_sequence",
+]
+
+logger = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+INT32_MAX = 2**31 - 1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+
+_SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
+_HEAD = struct.Struct(">hIi")  # version, crc, count
+_ENTRY = struct.Struct(">qhiqiqiq")
+_CRC_START = 6  # version (2) + crc (4)
+
+
+class CorruptSnapshotError(Exception):
+    pass
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def increment_sequence(seq: int, inc: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: wraps after Int32.MAX to 0."""
+    if seq > INT32_MAX - inc:
+        return inc - (INT32_MAX - seq) - 1
+    return seq + inc
+
+
+def decrement_sequence(seq: int, dec: int) -> int:
+    if seq < dec:
+        return INT32_MAX - (dec - seq) + 1
+    return seq - dec
+
+
+class BatchMetadata(NamedTuple):
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+class ProducerBatch(NamedTuple):
+    """What the state needs of one appended batch (offsets already assigned)."""
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    is_transactional: bool = False
+
+    @property
+    def last_sequence(self) -> int:
+        return increment_sequence(self.base_sequence, self.last_offset - self.first_offset)
+
+    @classmethod
+    def from_header(cls, h) -> "ProducerBatch":
+        return cls(h.producer_id, h.producer_epoch, h.base_sequence, h.base_offset,
+                   h.base_offset + h.last_offset_delta, h.max_timestamp, bool(h.is_transactional))
+
+
+class ProducerStateEntry:
+    """One producer id: epoch, last timestamp and its last 5 batches (oldest first)."""
+
+    __slots__ = ("producer_id", "producer_epoch", "last_timestamp", "batches")
+
+    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH,
+                 last_timestamp: int = -1, batches: Iterable[BatchMetadata] = ()):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_timestamp = last_timestamp
+        self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+
+    def copy(self) -> "ProducerStateEntry":
+        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.last_timestamp, self.batches)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ProducerStateEntry) and self.producer_id == other.producer_id
+                and self.producer_epoch == other.producer_epoch and self.last_timestamp == other.last_timestamp
+                and list(self.batches) == list(other.batches))
+
+    def __repr__(self) -> str:
+        return (f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
+                f"last_timestamp={self.last_timestamp}, batches={list(self.batches)})")
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def check_batch(current: ProducerStateEntry, updated: ProducerStateEntry, b: ProducerBatch, tp: str) -> None:
+    """ProducerAppendInfo.checkProducerEpoch + checkSequence for a client append.
+
+    ``current`` is the state before this append, ``updated`` the state including the
+    earlier batches of the same append."""
+    pid, epoch, first_seq = b.producer_id, b.producer_epoch, b.base_sequence
+    if epoch < updated.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"epoch of producer {pid} at offset {b.first_offset} in {tp} is {epoch}, which is smaller than "
+            f"the last seen epoch {updated.producer_epoch}")
+    if epoch != updated.producer_epoch:
+        if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
+            raise OutOfOrderSequenceError(
+                f"invalid sequence number for new epoch of producer {pid} at offset {b.first_offset} in {tp}: "
+                f"{epoch} (request epoch), {first_seq} (seq. number), {updated.producer_epoch} "
+                f"(current producer epoch)")
+        return
+    if not updated.is_empty:
+        last = updated.last_seq
+    elif epoch == current.producer_epoch:
+        last = current.last_seq
+    else:
+        last = NO_SEQUENCE
+    if current.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last, first_seq):
+        raise OutOfOrderSequenceError(
+            f"out of order sequence number for producer {pid} at offset {b.first_offset} in {tp}: "
+            f"{first_seq} (incoming seq. number), {last} (current end sequence number)")
+
+
+def read_snapshot(path: str) -> list[ProducerStateEntry]:
+    """Entries of a snapshot file (one per producer; batches of repeated ids merged)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < _HEAD.size:
+        raise CorruptSnapshotError(f"{path}: {len(data)} bytes is shorter than the {_HEAD.size}-byte header")
+    version, crc, count = _HEAD.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"{path}: unknown snapshot version {version}")
+    if count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
+        raise CorruptSnapshotError(f"{path}: {len(data)} bytes do not hold {count} entries")
+    computed = crc32c(memoryview(data)[_CRC_START:])
+    if computed != crc:
+        raise CorruptSnapshotError(f"{path}: snapshot is corrupt: stored crc {crc}, computed crc {computed}")
+    entries: dict[int, ProducerStateEntry] = {}
+    pos = _HEAD.size
+    for _ in range(count):
+        pid, epoch, last_seq, last_offset, delta, ts, _coord, _txn = _ENTRY.unpack_from(data, pos)
+        pos += _ENTRY.size
+        e = entries.get(pid)
+        if e is None or e.producer_epoch != epoch:
+            e = entries[pid] = ProducerStateEntry(pid, epoch, ts)
+        if last_offset >= 0:
+            e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+        e.last_timestamp = ts
+    return list(entries.values())
+
+
+def write_snapshot(path: str, producers: Iterable[ProducerStateEntry], sync: bool = True) -> None:
+    """Write a snapshot atomically (temp file + rename; fsync'd when ``sync``)."""
+    body = bytearray()
+    count = 0
+    for e in producers:
+        batches = list(e.batches) or [None]
+        for b in batches:
+            if b is None:
+                body += _ENTRY.pack(e.producer_id, e.producer_epoch, NO_SEQUENCE, -1, 0, e.last_timestamp, -1, -1)
+            else:
+                body += _ENTRY.pack(e.producer_id, e.producer_epoch, b.last_seq, b.last_offset, b.offset_delta,
+                                    b.timestamp, -1, -1)
+            count += 1
+    count_bytes = struct.pack(">i", count)
+    crc = crc32c(count_bytes + bytes(body))
+    data = struct.pack(">hI", SNAPSHOT_VERSION, crc) + count_bytes + body
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class ProducerStateManager:
+    """The producer state of one partition and its snapshot files in ``dir``."""
+
+    def __init__(self, dir_path: str, *, topic_partition: str = "",
+                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+        self.dir = os.fspath(dir_path)
+        self.tp = topic_partition or os.path.basename(self.dir)
+        self.expiration_ms = expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0
+        self.last_snap_offset = 0
+        self._snapshots: list[int] = []
+        self._unsynced: set[int] = set()
+        self._load_snapshot_list()
+
+    # ------------------------------------------------------------------ snapshot files
+    def _path(self, offset: int) -> str:
+        return os.path.join(self.dir, snapshot_file_name(offset))
+
+    def _load_snapshot_list(self) -> None:
+        offsets = []
+        for name in os.listdir(self.dir):
+            m = _SNAPSHOT_FILE.match(name)
+            if m:
+                offsets.append(int(m.group(1)))
+            elif name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+                _unlink(os.path.join(self.dir, name))
+        self._snapshots = sorted(offsets)
+
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        return list(self._snapshots)
+
+    def latest_snapshot_offset(self) -> int | None:
+        return self._snapshots[-1] if self._snapshots else None
+
+    def _remove_snapshot(self, offset: int) -> None:
+        i = bisect.bisect_left(self._snapshots, offset)
+        if i < len(self._snapshots) and self._snapshots[i] == offset:
+            del self._snapshots[i]
+        self._unsynced.discard(offset)
+        _unlink(self._path(offset))
+
+    def remove_stray_snapshots(self, segment_bases: Iterable[int]) -> None:
+        """Delete snapshots without a segment of the same base offset, except the latest
+        stray one when it lies above every segment base (the clean-shutdown snapshot)."""
+        bases = set(segment_bases)
+        strays = [o for o in self._snapshots if o not in bases]
+        if not strays:
+            return
+        keep = strays[-1] if bases and strays[-1] > max(bases) else None
+        for o in strays:
+            if o != keep:
+                self._remove_snapshot(o)
+
+    def delete_snapshots_for(self, offsets: Iterable[int]) -> None:
+        for o in offsets:
+            self._remove_snapshot(o)
+
+    def take_snapshot(self, sync: bool = True) -> bool:
+        """Snapshot at ``map_end_offset`` unless one exists there already."""
+        if self.map_end_offset <= self.last_snap_offset:
+            return False
+        off = self.map_end_offset
+        write_snapshot(self._path(off), self.producers.values(), sync)
+        if off not in self._snapshots:
+            bisect.insort(self._snapshots, off)
+        if not sync:
+            self._unsynced.add(off)
+        self.last_snap_offset = off
+        return True
+
+    def sync_snapshots(self, up_to: int | None = None) -> None:
+        """fsync snapshots written without it (at roll) at offsets <= ``up_to``."""
+        for off in sorted(self._unsynced):
+            if up_to is not None and off > up_to:
+                continue
+            self._unsynced.discard(off)
+            try:
+                fd = os.open(self._path(off), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    # ------------------------------------------------------------------ state
+    def is_empty(self) -> bool:
+        return not self.producers
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def _is_expired(self, now_ms: int, e: ProducerStateEntry) -> bool:
+        return now_ms - e.last_timestamp >= self.expiration_ms
+
+    def remove_expired(self, now_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``; returns how many."""
+        gone = [pid for pid, e in self.producers.items() if self._is_expired(now_ms, e)]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
+    def prepare(self, batches: Iterable[ProducerBatch]):
+        """Check a client append (pure).  Returns ``(updates, duplicate)``: the new
+        entries to :meth:`apply` after the write, or the cached :class:`BatchMetadata`
+        of a batch that was appended before (then nothing is to be written).  Raises
+        OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError."""
+        updates: dict[int, tuple[ProducerStateEntry, ProducerStateEntry]] = {}
+        for b in batches:
+            if b.producer_id < 0:
+                continue
+            current = self.producers.get(b.producer_id)
+            if current is not None:
+                dup = current.find_duplicate(b.producer_epoch, b.base_sequence, b.last_sequence)
+                if dup is not None:
+                    return {}, dup
+            if b.is_transactional:
+                # no transaction coordinator: no transaction can have been started on this
+                # partition (UnifiedLog: "Record was not part of an ongoing transaction")
+                raise InvalidTxnStateError(
+                    f"transactional batch of producer {b.producer_id} in {self.tp} is not part of an ongoing "
+                    f"transaction: this broker has no transaction coordinator")
+            pair = updates.get(b.producer_id)
+            if pair is None:
+                cur = current if current is not None else ProducerStateEntry(b.producer_id)
+                pair = updates[b.producer_id] = (cur, ProducerStateEntry(b.producer_id, cur.producer_epoch,
+                                                                         cur.last_timestamp))
+            cur, upd = pair
+            check_batch(cur, upd, b, self.tp)
+            upd.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset,
+                          b.max_timestamp)
+        return {pid: upd for pid, (_cur, upd) in updates.items()}, None
+
+    def apply(self, updates: dict[int, ProducerStateEntry], end_offset: int | None = None) -> None:
+        """Install what :meth:`prepare` returned (after the write succeeded)."""
+        for pid, upd in updates.items():
+            cur = self.producers.get(pid)
+            if cur is None:
+                self.producers[pid] = upd
+            else:
+                if cur.producer_epoch != upd.producer_epoch:
+                    cur.batches.clear()
+                    cur.producer_epoch = upd.producer_epoch
+                cur.batches.extend(upd.batches)
+                cur.last_timestamp = upd.last_timestamp
+        if end_offset is not None:
+            self.map_end_offset = end_offset
+
+    def load_batch(self, b: ProducerBatch) -> None:
+        """Replay one batch read back from the log (no checks)."""
+        if b.producer_id < 0:
+            return
+        e = self.producers.get(b.producer_id)
+        if e is None:
+            e = self.producers[b.producer_id] = ProducerStateEntry(b.producer_id)
+        e.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp)
+
+    # ------------------------------------------------------------------ reload / truncation
+    def _load_from_snapshot(self, log_start_offset: int, now_ms: int) -> None:
+        while self._snapshots:
+            off = self._snapshots[-1]
+            path = self._path(off)
+            try:
+                entries = read_snapshot(path)
+            except (CorruptSnapshotError, OSError) as e:
+                logger.warning("%s: failed to load producer snapshot %s: %s; deleting it", self.tp, path, e)
+                self._remove_snapshot(off)
+                continue
+            for e in entries:
+                if not self._is_expired(now_ms, e):
+                    self.producers[e.producer_id] = e
+            logger.debug("%s: loaded producer state of %d producer(s) from %s", self.tp, len(self.producers), path)
+            self.last_snap_offset = self.map_end_offset = off
+            return
+        self.last_snap_offset = self.map_end_offset = log_start_offset
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+        """Drop snapshots above the log end or at/below the log start; reload the
+        latest remaining one unless the state already ends at the log end."""
+        for off in list(self._snapshots):
+            if off > log_end_offset or off <= log_start_offset:
+                self._remove_snapshot(off)
+        if log_end_offset != self.map_end_offset:
+            self.producers.clear()
+            self._load_from_snapshot(log_start_offset, now_ms)
+        else:
+            self.on_log_start_offset_incremented(log_start_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.producers.clear()
+        for off in list(self._snapshots):
+            self._remove_snapshot(off)
+        self.last_snap_offset = 0
+        self.map_end_offset = offset
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        if self.map_end_offset < log_start_offset:
+            self.map_end_offset = log_start_offset
+        latest = self.latest_snapshot_offset()
+        self.last_snap_offset = latest if latest is not None else log_start_offset
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
