@@ -32,6 +32,11 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     20: (0, 6, handlers.delete_topics.handle),
     21: (0, 2, handlers.delete_records.handle),
     22: (0, 4, handlers.init_producer_id.handle),
+    32: (0, 4, handlers.describe_configs.handle),
+    33: (0, 2, handlers.alter_configs.handle),
+    37: (0, 3, handlers.create_partitions.handle),
+    44: (0, 1, handlers.incremental_alter_configs.handle),
+    60: (0, 1, handlers.describe_cluster.handle),
 }
 
 API_VERSIONS_KEY = 18

@@ -121,6 +121,7 @@ class LogManager:
     def startup(self) -> None:
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
+        self.load_dynamic_broker_configs()  # before any topic config is resolved
         started = time.perf_counter()
         clean: dict[str, bool] = {}
         recovery_points: dict[str, dict] = {}
@@ -448,3 +449,146 @@ class LogManager:
         for d in self.log_dirs:
             atomic_write(os.path.join(d, TOPICS_FILE), data)
 
+
+    # ------------------------------------------------------------------ partitions (CreatePartitions)
+    def create_partitions(self, name: str, new_total: int, validate_only: bool = False) -> TopicInfo:
+        """Raise the topic's partition count to ``new_total`` (Kafka's CreatePartitions:
+        only an increase). The new partitions get empty logs at once; the new count
+        persists in the topic metadata. Raises UnknownTopicOrPartitionError or
+        InvalidPartitionsError (messages as Kafka's controller words them)."""
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError("This server does not host this topic-partition.")
+        current = info.num_partitions
+        if not isinstance(new_total, int) or new_total == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+        if new_total < current:
+            raise InvalidPartitionsError(
+                f"The topic {name} currently has {current} partition(s); {new_total} would not be an increase.")
+        if validate_only:
+            return TopicInfo(name=info.name, topic_id=info.topic_id, num_partitions=new_total,
+                             config=info.config, overrides=dict(info.overrides))
+        created = []
+        try:
+            for p in range(current, new_total):
+                path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+                log = Log(path, info.config, self.clock, topic=name, partition=p)
+                self._logs[(name, p)] = log
+                created.append(log)
+            info.num_partitions = new_total
+            self._write_metadata()
+        except BaseException:
+            info.num_partitions = current
+            for log in created:
+                self._logs.pop((name, log.partition), None)
+                log.delete()
+            raise
+        logger.info("topic %s: partitions %d -> %d", name, current, new_total)
+        return info
+
+    # ------------------------------------------------------------------ dynamic broker configs
+    @property
+    def static_broker_config(self):
+        """The broker config as started (file, env, overrides), without dynamic configs."""
+        return self.__dict__.get("_static_broker_config", self.broker_config)
+
+    def dynamic_broker_configs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(this broker's dynamic configs, the dynamic cluster defaults)."""
+        return (dict(self.__dict__.get("_dynamic_broker", {})),
+                dict(self.__dict__.get("_dynamic_default", {})))
+
+    def load_dynamic_broker_configs(self) -> None:
+        """Read ``__chronolog_dynamic_broker_configs.json`` (the newest generation over the
+        log dirs) and make the effective broker config the static one with them laid over
+        it. Called by ``startup`` before any topic config is resolved. An invalid file is
+        logged and ignored (the static config applies)."""
+        static = self.static_broker_config
+        best = None
+        for d in self.log_dirs:
+            path = os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE)
+            try:
+                with open(path, "rb") as f:
+                    doc = json.loads(f.read())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                logger.error("cannot read %s: %s", path, e)
+                continue
+            if not isinstance(doc, dict) or doc.get("version") != 1:
+                logger.error("ignoring %s: unknown format", path)
+                continue
+            if best is None or doc.get("generation", 0) > best.get("generation", 0):
+                best = doc
+        for d in self.log_dirs:
+            tmp = os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE + ".tmp")
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        self.__dict__["_static_broker_config"] = static
+        if best is None:
+            return
+        from config.describe import DYNAMIC_BROKER_CONFIGS, effective_broker_config
+
+        layers = []
+        for section in ("broker", "default"):
+            props = {}
+            for k, v in (best.get(section) or {}).items():
+                if k in DYNAMIC_BROKER_CONFIGS:
+                    props[str(k)] = str(v)
+                else:  # as Kafka: non-dynamic configs found in the dynamic store are ignored
+                    logger.warning("ignoring %s=%s in %s: not a dynamically updatable broker config",
+                                   k, v, DYNAMIC_BROKER_CONFIGS_FILE)
+            layers.append(props)
+        per_broker, default = layers
+        self.__dict__["_dynamic_generation"] = int(best.get("generation", 0))
+
+        try:
+            effective = effective_broker_config(static, default, per_broker)
+        except Exception as e:
+            logger.error("ignoring the dynamic broker configs in %s: %s", DYNAMIC_BROKER_CONFIGS_FILE, e)
+            return
+        self.__dict__["_dynamic_broker"] = per_broker
+        self.__dict__["_dynamic_default"] = default
+        self.broker_config = effective
+        logger.info("dynamic broker configs: %s; cluster defaults: %s", per_broker or "{}", default or "{}")
+
+    def set_dynamic_broker_configs(self, per_broker: dict[str, str] | None = None,
+                                   default: dict[str, str] | None = None,
+                                   validate_only: bool = False):
+        """Replace this broker's dynamic configs and/or the dynamic cluster defaults
+        (None keeps the current set). The combined config and every topic's re-resolved
+        config are validated first (ConfigError); then the file is written atomically in
+        every log dir, the effective broker config replaced and every open log given its
+        topic's new config (topic overrides still win). Returns the effective config."""
+        from config.describe import effective_broker_config
+
+        cur_broker, cur_default = self.dynamic_broker_configs()
+        new_broker = cur_broker if per_broker is None else {str(k): str(v) for k, v in per_broker.items()}
+        new_default = cur_default if default is None else {str(k): str(v) for k, v in default.items()}
+        static = self.static_broker_config
+        effective = effective_broker_config(static, new_default, new_broker)
+        new_configs = {name: self._topic_config(effective, info.overrides) for name, info in self._topics.items()}
+        if validate_only:
+            return effective
+        generation = int(self.__dict__.get("_dynamic_generation", 0)) + 1
+        doc = {"version": 1, "generation": generation,
+               "broker": dict(sorted(new_broker.items())), "default": dict(sorted(new_default.items()))}
+        data = json.dumps(doc, indent=1).encode()
+        for d in self.log_dirs:
+            atomic_write(os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE), data)
+        self.__dict__["_static_broker_config"] = static
+        self.__dict__["_dynamic_broker"] = new_broker
+        self.__dict__["_dynamic_default"] = new_default
+        self.__dict__["_dynamic_generation"] = generation
+        self.broker_config = effective
+        for name, cfg in new_configs.items():
+            info = self._topics[name]
+            info.config = cfg
+            for p in range(info.num_partitions):
+                log = self._logs.get((name, p))
+                if log is not None:
+                    log.update_config(cfg)
+        logger.info("dynamic broker configs now %s; cluster defaults %s", new_broker or "{}", new_default or "{}")
+        return effective
+
+
+DYNAMIC_BROKER_CONFIGS_FILE = "__chronolog_dynamic_broker_configs.json"

@@ -1,0 +1,175 @@
+"""AlterConfigs (key 33), v0-2: replaces a resource's whole config set (Kafka's legacy
+semantics); the shared machinery for IncrementalAlterConfigs lives here too.
+
+As Kafka (ConfigAdminManager.preprocess, ConfigurationControlManager):
+* a resource named twice: INVALID_REQUEST "Each resource must appear at most once.";
+  a key named twice: INVALID_REQUEST "Error due to duplicate config keys"; a null value
+  (other than an incremental DELETE): INVALID_REQUEST "Null value not supported for : k";
+* TOPIC: unknown topic UNKNOWN_TOPIC_OR_PARTITION; the new override set is validated
+  through TopicConfig (an unknown name or invalid value: INVALID_CONFIG, the message
+  naming the property, the value and the rule); applied at once to the open logs and
+  persisted (LogManager.set_topic_config);
+* BROKER: name = this node id (its dynamic configs) or "" (the dynamic cluster defaults);
+  another id INVALID_REQUEST; only the dynamically updatable log defaults
+  (config.describe.DYNAMIC_BROKER_CONFIGS) may change, others answer INVALID_REQUEST
+  "Cannot update these configs dynamically: Set(...)", and invalid values INVALID_REQUEST
+  too (KAFKA-13609: Kafka wraps the ConfigException so); applied to every topic without
+  an override of its own and persisted in the log dirs;
+* validate_only checks everything and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages import AlterConfigsResponse
+
+from broker.errors import error_code_for
+
+log = logging.getLogger("chronolog.alter_configs")
+
+TOPIC, BROKER = 2, 4
+
+
+class AlterError(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = int(code)
+
+
+def _check_request_shape(resources, null_allowed=lambda c: False):
+    """-> {id(resource): (code, message)} for resources failing the generic checks."""
+    errors = {}
+    seen = {}
+    for r in resources:
+        key = (r.resource_type, r.resource_name)
+        if key in seen:
+            for other in (seen[key], r):
+                errors[id(other)] = (int(ErrorCode.INVALID_REQUEST), "Each resource must appear at most once.")
+        seen[key] = r
+    for r in resources:
+        if id(r) in errors:
+            continue
+        names = [c.name for c in r.configs]
+        if len(set(names)) != len(names):
+            errors[id(r)] = (int(ErrorCode.INVALID_REQUEST), "Error due to duplicate config keys")
+            continue
+        nulls = [c.name for c in r.configs if c.value is None and not null_allowed(c)]
+        if nulls:
+            errors[id(r)] = (int(ErrorCode.INVALID_REQUEST), "Null value not supported for : " + ", ".join(nulls))
+    return errors
+
+
+def _topic_key_type(name):
+    from config.topic_config import _KEYS, canonical_topic_config_name
+
+    k = _KEYS.get(canonical_topic_config_name(name))
+    return None if k is None else k.type
+
+
+def _broker_key_type(name):
+    from config.broker_config import BROKER_KEYS
+
+    for k in BROKER_KEYS:
+        if k.name == name:
+            return k.type
+    return None
+
+
+def alter_resource(ctx, rtype, rname, make_new, validate_only):
+    """``make_new(current: dict, type_of, current_value_of) -> dict`` computes the new
+    config set of the resource from its current one. Raises AlterError."""
+    from config import ConfigError
+    from config.describe import DynamicConfigError, validate_dynamic_update
+    from config.properties import value_to_string
+
+    lm = ctx.log_manager
+    if rtype == TOPIC:
+        info = lm.get_topic(rname)
+        if info is None:
+            raise AlterError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{rname}' does not exist.")
+
+        def current_value(name):
+            try:
+                return value_to_string(info.config.get(name), _topic_key_type(name))
+            except KeyError:
+                return None
+
+        try:
+            new = make_new(dict(info.overrides), _topic_key_type, current_value)
+            lm._topic_config(lm.broker_config, new)  # validates (ConfigError)
+        except ConfigError as exc:
+            raise AlterError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        except DynamicConfigError as exc:
+            raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        if validate_only:
+            return
+        lm.set_topic_config(rname, new)
+        log.info("topic %s: config overrides now %s", rname, new or "{}")
+        return
+    if rtype == BROKER:
+        if rname:
+            try:
+                node = int(rname)
+            except ValueError:
+                raise AlterError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {rname}") from None
+            if node != ctx.node_id:
+                raise AlterError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.node_id}, but received {rname}")
+        per_broker, default = lm.dynamic_broker_configs()
+        current = per_broker if rname else default
+        eff = lm.broker_config
+
+        def current_value(name):
+            t = _broker_key_type(name)
+            if t is None:
+                return None
+            return value_to_string(eff.get(name), t)
+
+        try:
+            new = make_new(dict(current), _broker_key_type, current_value)
+        except ConfigError as exc:
+            raise AlterError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        except DynamicConfigError as exc:
+            raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        try:
+            validate_dynamic_update(new)
+            if rname:
+                lm.set_dynamic_broker_configs(per_broker=new, validate_only=validate_only)
+            else:
+                lm.set_dynamic_broker_configs(default=new, validate_only=validate_only)
+        except (ConfigError, DynamicConfigError) as exc:
+            raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        if not validate_only:
+            log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
+        return
+    raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+
+
+def run(ctx, resources, make_new_for, validate_only, result_cls, null_allowed=lambda c: False):
+    errors = _check_request_shape(resources, null_allowed)
+    out = []
+    for r in resources:
+        err = errors.get(id(r))
+        if err is None:
+            try:
+                alter_resource(ctx, r.resource_type, r.resource_name, make_new_for(r), validate_only)
+                err = (0, None)
+            except AlterError as exc:
+                err = (exc.code, str(exc))
+            except Exception as exc:
+                err = (error_code_for(exc), str(exc))
+        if err[0]:
+            log.info("alter configs of %s %r refused: %s", r.resource_type, r.resource_name, err[1])
+        out.append(result_cls(error_code=err[0], error_message=err[1],
+                              resource_type=r.resource_type, resource_name=r.resource_name))
+    return out
+
+
+def handle(ctx, header, request):
+    def make_new_for(r):
+        return lambda current, type_of, current_value: {c.name: c.value for c in r.configs}
+
+    results = run(ctx, request.resources, make_new_for, request.validate_only,
+                  AlterConfigsResponse.AlterConfigsResourceResponse)
+    return AlterConfigsResponse(throttle_time_ms=0, responses=results)

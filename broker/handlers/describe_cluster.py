@@ -1,0 +1,44 @@
+"""DescribeCluster (key 60), v0-1: this node is the cluster, its controller and its one
+broker. Cluster authorized operations: -2147483648 unless asked; when asked, what Kafka
+answers without an authorizer: every operation the CLUSTER resource supports. v1 asking
+for controller endpoints answers MISMATCHED_ENDPOINT_TYPE, an unknown endpoint type
+UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker does (AuthHelper.computeDescribeClusterResponse)."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.messages import DescribeClusterResponse
+
+_UNKNOWN_OPS = -(2**31)
+# AclOperation codes Kafka allows on the CLUSTER resource without an authorizer
+# (AclEntry.supportedOperations): CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
+_CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+BROKER_ENDPOINT = 1
+
+
+def handle(ctx, header, request):
+    endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT) if header.api_version >= 1 else BROKER_ENDPOINT
+    if endpoint_type not in (1, 2):
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
+            error_message=f"Unsupported endpoint type {endpoint_type}",
+            endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.cluster_id, controller_id=-1, brokers=[],
+            cluster_authorized_operations=_UNKNOWN_OPS)
+    if endpoint_type != BROKER_ENDPOINT:
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.MISMATCHED_ENDPOINT_TYPE),
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER",
+            endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.cluster_id, controller_id=-1, brokers=[],
+            cluster_authorized_operations=_UNKNOWN_OPS)
+    ops = _CLUSTER_OPS if request.include_cluster_authorized_operations else _UNKNOWN_OPS
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=BROKER_ENDPOINT,
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node_id, host=ctx.host, port=ctx.port, rack=None)],
+        cluster_authorized_operations=ops,
+    )

@@ -1,0 +1,330 @@
+"""DescribeConfigs entries and dynamic broker configs, as Kafka's ConfigHelper and
+DynamicBrokerConfig compute them.
+
+* Sources (DescribeConfigsResponse ConfigSource ids): TOPIC_CONFIG 1,
+  DYNAMIC_BROKER_CONFIG 2, DYNAMIC_DEFAULT_BROKER_CONFIG 3, STATIC_BROKER_CONFIG 4,
+  DEFAULT_CONFIG 5.
+* Synonyms of a broker property (``DynamicBrokerConfig.brokerConfigSynonyms``):
+  ``log.retention.ms|minutes|hours``, ``log.roll.ms|hours``, ``log.roll.jitter.ms|hours``
+  and ``log.flush.interval.ms`` + ``log.flush.scheduler.interval.ms``; every other
+  property is its own only synonym. Synonyms are listed by layer (dynamic per-broker,
+  dynamic cluster default, static, Kafka default), then everything before the first entry
+  named like the described property is dropped (Kafka's ``dropWhile``: a topic whose
+  broker default comes from ``log.retention.hours`` alone shows no synonym and
+  DEFAULT_CONFIG, exactly as Kafka does).
+* A topic entry's synonyms are its own override (TOPIC_CONFIG) followed by those of its
+  highest-priority broker property (``ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS``);
+  its source is the first synonym's, else DEFAULT_CONFIG.
+* Dynamic broker configs: the broker ``log.*`` defaults that Kafka's
+  ``DynamicLogConfig.ReconfigurableConfigs`` lists (the highest-priority broker synonym
+  of every topic property but ``message.format.version``) and that Chronolog knows.
+  Anything else is refused as Kafka refuses it ("Cannot update these configs
+  dynamically: ..."; the broker answers INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Optional
+
+from config.properties import ConfigError, ConfigType as T, value_to_string
+from config.topic_config import (
+    TOPIC_CONFIG_NAMES,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_KEYS,
+    TopicConfig,
+)
+
+TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+SOURCE_NAMES = {
+    TOPIC_CONFIG: "TOPIC_CONFIG",
+    DYNAMIC_BROKER_CONFIG: "DYNAMIC_BROKER_CONFIG",
+    DYNAMIC_DEFAULT_BROKER_CONFIG: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    STATIC_BROKER_CONFIG: "STATIC_BROKER_CONFIG",
+    DEFAULT_CONFIG: "DEFAULT_CONFIG",
+}
+
+# DescribeConfigsResponse.ConfigType ids
+CONFIG_TYPE_IDS = {T.BOOLEAN: 1, T.STRING: 2, T.INT: 3, T.LONG: 5, T.DOUBLE: 6, T.LIST: 7}
+
+_TOPIC_KEYS = {k.name: k for k in TOPIC_KEYS}
+
+# Short descriptions (our words) of the topic properties; the broker log.* synonyms
+# describe themselves as the default of the topic property.
+TOPIC_DOCS: dict[str, str] = {
+    "segment.bytes": "Size in bytes at which a log segment is rolled.",
+    "segment.ms": "Time after which a segment is rolled even if not full, measured on message timestamps.",
+    "segment.jitter.ms": "Maximum random jitter subtracted from segment.ms to avoid rolling every segment at once.",
+    "segment.index.bytes": "Size in bytes of the offset and time indexes of a segment.",
+    "flush.messages": "Number of messages written to a partition before its log is fsynced.",
+    "flush.ms": "Maximum time data stays unflushed before the log is fsynced.",
+    "retention.bytes": "Maximum size of a partition before old segments are deleted (-1: no limit).",
+    "retention.ms": "Retention by time: maximum age of a segment's largest timestamp before the segment is deleted (-1: no limit).",
+    "max.message.bytes": "Largest record batch size accepted after compression.",
+    "index.interval.bytes": "How many bytes of log lie between two offset index entries.",
+    "delete.retention.ms": "How long delete tombstones are kept on compacted topics.",
+    "min.compaction.lag.ms": "Minimum time a message stays uncompacted.",
+    "max.compaction.lag.ms": "Maximum time a message stays ineligible for compaction.",
+    "file.delete.delay.ms": "Time to wait before deleting the files of a deleted segment.",
+    "min.cleanable.dirty.ratio": "Dirty/total ratio above which the log cleaner compacts a log.",
+    "cleanup.policy": "delete and/or compact: what happens to old segments.",
+    "unclean.leader.election.enable": "Whether an out-of-sync replica may become leader.",
+    "min.insync.replicas": "Minimum number of in-sync replicas for acks=all produces.",
+    "compression.type": "Final compression of the topic's data (producer keeps the producer's codec).",
+    "compression.gzip.level": "Compression level when compression.type is gzip.",
+    "compression.lz4.level": "Compression level when compression.type is lz4.",
+    "compression.zstd.level": "Compression level when compression.type is zstd.",
+    "preallocate": "Whether segment files are preallocated.",
+    "message.format.version": "Deprecated message format version (ignored for inter-broker protocol 3.0 and later).",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's time.",
+    "message.timestamp.difference.max.ms": "Deprecated: largest allowed difference between a CreateTime timestamp and the broker's time.",
+    "message.timestamp.before.max.ms": "How far in the past a CreateTime timestamp may lie.",
+    "message.timestamp.after.max.ms": "How far in the future a CreateTime timestamp may lie.",
+    "leader.replication.throttled.replicas": "Replicas whose leader-side replication is throttled.",
+    "follower.replication.throttled.replicas": "Replicas whose follower-side replication is throttled.",
+    "message.downconversion.enable": "Whether fetches of older clients are down-converted.",
+    "remote.storage.enable": "Whether tiered storage is enabled for the topic.",
+    "local.retention.ms": "Local retention time with tiered storage (-2: retention.ms).",
+    "local.retention.bytes": "Local retention size with tiered storage (-2: retention.bytes).",
+    "remote.log.copy.disable": "Whether copying segments to remote storage is disabled.",
+    "remote.log.delete.on.disable": "Whether remote data is deleted when tiered storage is disabled.",
+}
+
+_BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
+
+# DynamicLogConfig.ReconfigurableConfigs restricted to the properties Chronolog knows.
+def _dynamic_names() -> frozenset[str]:
+    from config.broker_config import BROKER_KEYS
+
+    known = {k.name for k in BROKER_KEYS}
+    return frozenset(v for k, v in TOPIC_CONFIG_SYNONYMS.items() if k != "message.format.version" and v in known)
+
+
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_names()
+
+
+def broker_config_synonyms(name: str) -> list[str]:
+    """DynamicBrokerConfig.brokerConfigSynonyms (no listener prefixes here)."""
+    if name in ("log.roll.ms", "log.roll.hours"):
+        return ["log.roll.ms", "log.roll.hours"]
+    if name in ("log.roll.jitter.ms", "log.roll.jitter.hours"):
+        return ["log.roll.jitter.ms", "log.roll.jitter.hours"]
+    if name == "log.flush.interval.ms":
+        return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
+    if name in ("log.retention.ms", "log.retention.minutes", "log.retention.hours"):
+        return ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]
+    return [name]
+
+
+def broker_doc(name: str) -> Optional[str]:
+    topic = _BROKER_TO_TOPIC.get(name)
+    if topic is None:
+        for t, b in TOPIC_CONFIG_SYNONYMS.items():
+            if name in broker_config_synonyms(b):
+                topic = t
+                break
+    if topic is not None and topic in TOPIC_DOCS:
+        return f"The default {topic} of topics without their own setting. {TOPIC_DOCS[topic]}"
+    return None
+
+
+class Synonym(NamedTuple):
+    name: str
+    value: Optional[str]
+    source: int
+
+
+class Entry(NamedTuple):
+    name: str
+    value: Optional[str]
+    source: int
+    is_sensitive: bool
+    read_only: bool
+    synonyms: list  # [Synonym]
+    config_type: int
+    documentation: Optional[str]
+
+
+# ---------------------------------------------------------------------- broker layers
+
+def _broker_keys():
+    from config.broker_config import BROKER_KEYS
+
+    return {k.name: k for k in BROKER_KEYS}
+
+
+def static_broker_values(static_cfg) -> dict[str, str]:
+    """Properties set in the file, env or overrides (Kafka's staticBrokerConfigs)."""
+    keys = _broker_keys()
+    out = {}
+    for name in static_cfg.explicit_properties():
+        if name in keys:
+            v = value_to_string(static_cfg.get(name), keys[name].type)
+            if v is not None:
+                out[name] = v
+    return out
+
+
+def default_broker_values() -> dict[str, str]:
+    """Kafka's staticDefaultConfigs: every property with a non-null default."""
+    return {n: value_to_string(k.default, k.type) for n, k in _broker_keys().items() if k.default is not None}
+
+
+class BrokerLayers:
+    """The four layers a broker property's value can come from."""
+
+    def __init__(self, static_cfg, dynamic_default: Mapping[str, str] | None = None,
+                 dynamic_broker: Mapping[str, str] | None = None) -> None:
+        self.static_cfg = static_cfg
+        self.dynamic_broker = dict(dynamic_broker or {})
+        self.dynamic_default = dict(dynamic_default or {})
+        self.static = static_broker_values(static_cfg) if static_cfg is not None else {}
+        self.defaults = default_broker_values()
+
+    def synonyms(self, name: str) -> list[Synonym]:
+        names = broker_config_synonyms(name)
+        out: list[Synonym] = []
+        for layer, source in ((self.dynamic_broker, DYNAMIC_BROKER_CONFIG),
+                              (self.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                              (self.static, STATIC_BROKER_CONFIG),
+                              (self.defaults, DEFAULT_CONFIG)):
+            for n in names:
+                if n in layer:
+                    out.append(Synonym(n, layer[n], source))
+        while out and out[0].name != name:  # Kafka's dropWhile
+            out.pop(0)
+        return out
+
+
+def effective_broker_config(static_cfg, dynamic_default: Mapping[str, str] | None = None,
+                            dynamic_broker: Mapping[str, str] | None = None):
+    """The static config with the dynamic cluster defaults, then the dynamic per-broker
+    values laid over it. Raises ConfigError for an invalid value or combination."""
+    from config.broker_config import BrokerConfig
+
+    if not dynamic_default and not dynamic_broker:
+        return static_cfg
+    static = static_broker_values(static_cfg)
+    cfg = BrokerConfig.from_layers([
+        ("static", static),
+        ("dynamic_default", dict(dynamic_default or {})),
+        ("dynamic", dict(dynamic_broker or {})),
+    ])
+    # keep what the static config knew about unknown / ignored properties
+    cfg._unknown = dict(static_cfg.unknown_properties)
+    cfg._ignored = dict(static_cfg.ignored_properties)
+    return cfg
+
+
+class DynamicConfigError(Exception):
+    """A dynamic broker config change Kafka refuses (answered INVALID_REQUEST)."""
+
+
+def validate_dynamic_update(props: Mapping[str, Optional[str]]) -> None:
+    """Names must be dynamically updatable, values must parse (ConfigError)."""
+    keys = _broker_keys()
+    not_dynamic = sorted(n for n in props if n not in DYNAMIC_BROKER_CONFIGS)
+    if not_dynamic:
+        raise DynamicConfigError("Cannot update these configs dynamically: Set(" + ", ".join(not_dynamic) + ")")
+    for n, v in props.items():
+        if v is not None:
+            keys[n].parse(v)
+
+
+# ---------------------------------------------------------------------- entries
+
+def topic_entries(topic_cfg: TopicConfig, overrides: Mapping[str, str], layers: BrokerLayers,
+                  keys=None, include_synonyms: bool = False, include_documentation: bool = False) -> list[Entry]:
+    """ConfigHelper.createTopicConfigEntry for every topic property (or ``keys``)."""
+    values = {e.name: e.value for e in topic_cfg.describe(overrides)}
+    wanted = None if not keys else set(keys)
+    out = []
+    for name in TOPIC_CONFIG_NAMES:
+        if wanted is not None and name not in wanted:
+            continue
+        key = _TOPIC_KEYS[name]
+        value = values.get(name)
+        syns: list[Synonym] = []
+        if name in overrides:
+            syns.append(Synonym(name, value, TOPIC_CONFIG))
+        primary = TOPIC_CONFIG_SYNONYMS.get(name)
+        if primary is not None:
+            syns.extend(layers.synonyms(primary))
+        source = syns[0].source if syns else DEFAULT_CONFIG
+        out.append(Entry(name, value, source, False, False, syns if include_synonyms else [],
+                         CONFIG_TYPE_IDS.get(key.type, 0),
+                         TOPIC_DOCS.get(name) if include_documentation else None))
+    return out
+
+
+def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=None,
+                   include_synonyms: bool = False, include_documentation: bool = False) -> list[Entry]:
+    """ConfigHelper.createBrokerConfigEntry: every property of this broker
+    (``per_broker``), or the dynamic cluster defaults only (resource name "")."""
+    bkeys = _broker_keys()
+    if per_broker:
+        names = sorted(bkeys)
+    else:
+        names = sorted(layers.dynamic_default)
+    wanted = None if not keys else set(keys)
+    out = []
+    for name in names:
+        if wanted is not None and name not in wanted:
+            continue
+        key = bkeys[name]
+        if per_broker:
+            value = value_to_string(effective_cfg.get(name), key.type)
+        else:
+            value = layers.dynamic_default[name]
+        syns = layers.synonyms(name)
+        if not per_broker:
+            syns = [s for s in syns if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        source = syns[0].source if syns else DEFAULT_CONFIG
+        out.append(Entry(name, value, source, False, name not in DYNAMIC_BROKER_CONFIGS,
+                         syns if include_synonyms else [], CONFIG_TYPE_IDS.get(key.type, 0),
+                         broker_doc(name) if include_documentation else None))
+    return out
+
+
+# ---------------------------------------------------------------------- incremental ops
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _split(value: Optional[str]) -> list[str]:
+    if value is None or value == "":
+        return []
+    return [v.strip() for v in value.split(",")]
+
+
+def apply_incremental(current: Mapping[str, str], ops, type_of, current_value_of) -> dict[str, str]:
+    """ConfigAdminManager.prepareIncrementalConfigs: ``ops`` are (name, op, value);
+    ``type_of(name)`` the ConfigType (None: unknown name); ``current_value_of(name)`` the
+    value an APPEND/SUBTRACT starts from when ``current`` lacks the name. Raises
+    ConfigError (INVALID_CONFIG) for APPEND/SUBTRACT on a non-list property."""
+    props = dict(current)
+    for name, op, value in ops:
+        if op == SET:
+            props[name] = value
+        elif op == DELETE:
+            props.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            t = type_of(name)
+            if t is None:
+                raise ConfigError(name, value, f"Unknown config name: {name}")
+            if t != T.LIST:
+                verb = "append" if op == APPEND else "subtract"
+                raise ConfigError(name, value, f"Config value {verb} is not allowed for config key: {name}")
+            old = _split(props[name] if name in props else current_value_of(name))
+            items = _split(value)
+            if op == APPEND:
+                new = old + [v for v in items if v not in old]
+            else:
+                new = [v for v in old if v not in items]
+            props[name] = ",".join(new)
+        else:
+            raise DynamicConfigError(f"Unknown operations type {op}")
+    return props

@@ -1,0 +1,161 @@
+"""config.describe: DescribeConfigs sources and synonyms as Kafka's ConfigHelper computes
+them, dynamic broker configs, incremental operations."""
+
+import pytest
+
+from config import ConfigError, load_broker_config
+from config.describe import (
+    APPEND,
+    DEFAULT_CONFIG,
+    DELETE,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    SET,
+    STATIC_BROKER_CONFIG,
+    SUBTRACT,
+    TOPIC_CONFIG,
+    BrokerLayers,
+    DynamicConfigError,
+    apply_incremental,
+    broker_entries,
+    effective_broker_config,
+    topic_entries,
+    validate_dynamic_update,
+)
+from config.properties import ConfigType as T
+from config.topic_config import TOPIC_CONFIG_NAMES, TopicConfig
+
+
+def broker(*overrides):
+    return load_broker_config(None, list(overrides), env={}, warn=False)
+
+
+def entries(static, overrides=None, dyn_default=None, dyn_broker=None, synonyms=True):
+    eff = effective_broker_config(static, dyn_default, dyn_broker)
+    layers = BrokerLayers(static, dyn_default, dyn_broker)
+    cfg = TopicConfig.from_broker(eff, overrides or {})
+    return {e.name: e for e in topic_entries(cfg, overrides or {}, layers, include_synonyms=synonyms,
+                                             include_documentation=True)}
+
+
+def syn(e):
+    return [(s.name, s.value, s.source) for s in e.synonyms]
+
+
+def test_every_topic_property_with_defaults():
+    es = entries(broker())
+    assert sorted(es) == sorted(TOPIC_CONFIG_NAMES)
+    e = es["segment.bytes"]
+    assert (e.value, e.source, e.read_only, e.is_sensitive, e.config_type) == ("1073741824", DEFAULT_CONFIG, False, False, 3)
+    assert syn(e) == [("log.segment.bytes", "1073741824", DEFAULT_CONFIG)]
+    # Kafka's dropWhile: log.retention.ms has no default, so the hours default is dropped
+    assert es["retention.ms"].value == "604800000" and syn(es["retention.ms"]) == []
+    assert es["cleanup.policy"].config_type == 7 and es["message.timestamp.type"].config_type == 2
+    assert es["retention.ms"].documentation
+
+
+def test_topic_override_first_then_static_then_default():
+    es = entries(broker("log.message.timestamp.type=LogAppendTime", "log.retention.ms=1000"),
+                 {"message.timestamp.type": "CreateTime"})
+    e = es["message.timestamp.type"]
+    assert e.value == "CreateTime" and e.source == TOPIC_CONFIG
+    assert syn(e) == [("message.timestamp.type", "CreateTime", TOPIC_CONFIG),
+                      ("log.message.timestamp.type", "LogAppendTime", STATIC_BROKER_CONFIG),
+                      ("log.message.timestamp.type", "CreateTime", DEFAULT_CONFIG)]
+    r = es["retention.ms"]
+    assert r.value == "1000" and r.source == STATIC_BROKER_CONFIG
+    assert syn(r) == [("log.retention.ms", "1000", STATIC_BROKER_CONFIG), ("log.retention.hours", "168", DEFAULT_CONFIG)]
+
+
+def test_static_hours_alone_shows_default_as_kafka_does():
+    es = entries(broker("log.retention.hours=5"))
+    assert es["retention.ms"].value == str(5 * 3600 * 1000)
+    assert es["retention.ms"].source == DEFAULT_CONFIG and syn(es["retention.ms"]) == []
+
+
+def test_dynamic_layers_precedence():
+    static = broker("log.segment.bytes=5000000")
+    es = entries(static, dyn_default={"log.segment.bytes": "2000000"})
+    assert es["segment.bytes"].value == "2000000" and es["segment.bytes"].source == DYNAMIC_DEFAULT_BROKER_CONFIG
+    es = entries(static, dyn_default={"log.segment.bytes": "2000000"}, dyn_broker={"log.segment.bytes": "3000000"})
+    e = es["segment.bytes"]
+    assert e.value == "3000000" and e.source == DYNAMIC_BROKER_CONFIG
+    assert syn(e) == [("log.segment.bytes", "3000000", DYNAMIC_BROKER_CONFIG),
+                      ("log.segment.bytes", "2000000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                      ("log.segment.bytes", "5000000", STATIC_BROKER_CONFIG),
+                      ("log.segment.bytes", "1073741824", DEFAULT_CONFIG)]
+    # topic override still wins
+    es = entries(static, {"segment.bytes": "100000"}, dyn_broker={"log.segment.bytes": "3000000"})
+    assert es["segment.bytes"].value == "100000" and es["segment.bytes"].source == TOPIC_CONFIG
+
+
+def test_dynamic_retention_ms_over_static_hours():
+    static = broker("log.retention.hours=5")
+    eff = effective_broker_config(static, None, {"log.retention.ms": "60000"})
+    assert eff.log_retention_ms_effective == 60000
+    assert TopicConfig.from_broker(eff, {}).retention_ms == 60000
+    assert static.log_retention_ms_effective == 5 * 3600 * 1000  # static config untouched
+
+
+def test_broker_entries_per_broker_and_cluster_default():
+    static = broker("log.segment.bytes=5000000")
+    layers = BrokerLayers(static, {"log.roll.ms": "60000"}, {"log.segment.bytes": "3000000"})
+    eff = effective_broker_config(static, {"log.roll.ms": "60000"}, {"log.segment.bytes": "3000000"})
+    es = {e.name: e for e in broker_entries(eff, layers, True, include_synonyms=True)}
+    assert es["log.segment.bytes"].value == "3000000" and es["log.segment.bytes"].source == DYNAMIC_BROKER_CONFIG
+    assert es["log.segment.bytes"].read_only is False
+    assert es["node.id"].read_only is True and es["log.dirs"].read_only is True
+    assert es["log.retention.hours"].read_only is True
+    assert es["log.roll.ms"].source == DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert syn(es["log.roll.ms"]) == [("log.roll.ms", "60000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                                      ("log.roll.hours", "168", DEFAULT_CONFIG)]
+    cluster = broker_entries(eff, layers, False, include_synonyms=True)
+    assert [(e.name, e.value, e.source, syn(e)) for e in cluster] == [
+        ("log.roll.ms", "60000", DYNAMIC_DEFAULT_BROKER_CONFIG, [("log.roll.ms", "60000", DYNAMIC_DEFAULT_BROKER_CONFIG)])]
+    only = broker_entries(eff, layers, True, keys=["log.segment.bytes"])
+    assert [e.name for e in only] == ["log.segment.bytes"] and only[0].synonyms == []
+
+
+def test_dynamic_names_are_kafkas_reconfigurable_log_configs():
+    for n in ("log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms",
+              "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+              "log.message.timestamp.after.max.ms", "log.message.timestamp.difference.max.ms",
+              "log.cleanup.policy", "message.max.bytes"):
+        assert n in DYNAMIC_BROKER_CONFIGS, n
+    for n in ("log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.message.format.version",
+              "node.id", "log.dirs", "listeners"):
+        assert n not in DYNAMIC_BROKER_CONFIGS, n
+
+
+def test_validate_dynamic_update():
+    validate_dynamic_update({"log.retention.ms": "1000"})
+    with pytest.raises(DynamicConfigError, match=r"Cannot update these configs dynamically: Set\(log.retention.hours\)"):
+        validate_dynamic_update({"log.retention.hours": "1", "log.retention.ms": "5"})
+    with pytest.raises(ConfigError, match="log.message.timestamp.type"):
+        validate_dynamic_update({"log.message.timestamp.type": "Sometimes"})
+    with pytest.raises(ConfigError):
+        effective_broker_config(broker(), None, {"log.retention.ms": "0"})
+
+
+def _types(name):
+    return {"cleanup.policy": T.LIST, "retention.ms": T.LONG}.get(name)
+
+
+def test_apply_incremental():
+    cur = {"retention.ms": "5", "segment.ms": "7"}
+    out = apply_incremental(cur, [("retention.ms", SET, "9"), ("segment.ms", DELETE, None),
+                                  ("cleanup.policy", APPEND, "compact")], _types, lambda n: "delete")
+    assert out == {"retention.ms": "9", "cleanup.policy": "delete,compact"}
+    assert cur == {"retention.ms": "5", "segment.ms": "7"}  # input untouched
+    out = apply_incremental(out, [("cleanup.policy", SUBTRACT, "delete"), ("cleanup.policy", APPEND, "compact")],
+                            _types, lambda n: "x")
+    assert out["cleanup.policy"] == "compact"
+    with pytest.raises(ConfigError, match="append is not allowed for config key: retention.ms"):
+        apply_incremental({}, [("retention.ms", APPEND, "1")], _types, lambda n: "1")
+    with pytest.raises(ConfigError, match="subtract is not allowed"):
+        apply_incremental({}, [("retention.ms", SUBTRACT, "1")], _types, lambda n: "1")
+    with pytest.raises(ConfigError, match="Unknown config name"):
+        apply_incremental({}, [("nope", APPEND, "1")], _types, lambda n: None)
+    with pytest.raises(DynamicConfigError):
+        apply_incremental({}, [("retention.ms", 7, "1")], _types, lambda n: None)
