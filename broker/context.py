@@ -22,6 +22,8 @@ class BrokerContext:
     port: int
     cluster_id: str
     producer_ids: object = None
+    # broker.coordinator.GroupCoordinator once __consumer_offsets is loaded (None before)
+    group_coordinator: object = None
     # (topic, partition) -> futures of Fetch requests parked until data arrives
     fetch_waiters: dict = field(default_factory=dict)
 

@@ -55,6 +55,12 @@ class BrokerServer:
             producer_ids=ProducerIdManager(os.path.join(cfg.log_dirs[0], "chronolog-producer-id-block")),
         )
         self.dispatcher = Dispatcher(ctx)
+        # group coordinator: replay __consumer_offsets before the first client connects
+        from broker.coordinator.service import start_group_coordinator
+
+        ctx.group_coordinator = start_group_coordinator(ctx)
+        self._tasks.append(asyncio.ensure_future(self._periodic(
+            "offsets expiration", cfg.offsets_retention_check_interval_ms, ctx.group_coordinator.expire_offsets)))
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatcher),
             host=host,
@@ -132,6 +138,9 @@ class BrokerServer:
                 await asyncio.wait_for(self.server.wait_closed(), timeout=5)
             except asyncio.TimeoutError:  # pragma: no cover
                 log.warning("connections did not close within 5 s")
+        coordinator = getattr(getattr(self, "context", None), "group_coordinator", None)
+        if coordinator is not None:
+            coordinator.shutdown()
         self.log_manager.shutdown()
         log.info("Chronolog stopped")
         self._stopped.set()

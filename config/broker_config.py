@@ -181,6 +181,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, None),
     ConfigKey("group.min.session.timeout.ms", T.INT, 6000, None),
     ConfigKey("group.max.session.timeout.ms", T.INT, 1800000, None),
+    ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
 )
 _KEYS: dict[str, ConfigKey] = {k.name: k for k in BROKER_KEYS}
 _ATTRS: dict[str, ConfigKey] = {k.attr: k for k in BROKER_KEYS}
@@ -196,7 +197,6 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "inter.broker.listener.name",
         "listener.security.protocol.map",
         "offsets.topic.replication.factor",
-        "offsets.topic.num.partitions",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "share.coordinator.state.topic.replication.factor",

@@ -1,31 +1,41 @@
-"""FindCoordinator (key 10), v0-4: there is no group or transaction coordinator yet.
+"""FindCoordinator (key 10), v0-4: this broker is the coordinator of every group.
 
-It is advertised anyway because librdkafka infers broker features from the API list:
-without FindCoordinator it assumes a pre-0.9 broker and, for one, refuses to produce lz4
-("Broker does not support compression type lz4"). The answer is the one Kafka gives while
-its coordinator is loading or absent: COORDINATOR_NOT_AVAILABLE, so clients retry and
-consumers that only assign() partitions work; group membership and committed offsets
-come with the coordinator.
+Key type 0 (group) answers this broker's node id and advertised host/port (v4: one
+entry per key of ``coordinator_keys``). Key type 1 (transaction) answers
+COORDINATOR_NOT_AVAILABLE: there is no transaction coordinator, so transactional
+producers keep retrying as they would against a Kafka whose coordinator is loading.
+Any other key type (2 = share groups) answers INVALID_REQUEST, as KafkaApis.getCoordinator
+does for FindCoordinator below v6. The group coordinator is loaded (``__consumer_offsets``
+replayed) before the listener opens; before that the answer would be
+COORDINATOR_NOT_AVAILABLE.
 """
 
 from protocol.errors import ErrorCode
 from protocol.messages import FindCoordinatorResponse
 
-_CODE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-_MESSAGE = "Chronolog has no group or transaction coordinator yet"
+_NO_TXN = "Chronolog has no transaction coordinator"
+
+
+def _answer(ctx, key: str, key_type: int):
+    """(error_code, error_message, node_id, host, port)"""
+    if key_type == 0:
+        if getattr(ctx, "group_coordinator", None) is None:
+            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "the group coordinator is not loaded", -1, "", -1
+        return 0, None, ctx.node_id, ctx.host, ctx.port
+    if key_type == 1:
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), _NO_TXN, -1, "", -1
+    return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}", -1, "", -1
 
 
 def handle(ctx, header, request):
     if header.api_version >= 4:
-        return FindCoordinatorResponse(
-            throttle_time_ms=0,
-            coordinators=[
-                FindCoordinatorResponse.Coordinator(
-                    key=key, node_id=-1, host="", port=-1, error_code=_CODE, error_message=_MESSAGE
-                )
-                for key in request.coordinator_keys
-            ],
-        )
-    return FindCoordinatorResponse(
-        throttle_time_ms=0, error_code=_CODE, error_message=_MESSAGE, node_id=-1, host="", port=-1
-    )
+        coordinators = []
+        for key in request.coordinator_keys:
+            code, msg, node, host, port = _answer(ctx, key, request.key_type)
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    key_type = request.key_type if header.api_version >= 1 else 0
+    code, msg, node, host, port = _answer(ctx, request.key, key_type)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=msg,
+                                   node_id=node, host=host, port=port)

@@ -1,0 +1,101 @@
+"""``__consumer_offsets``: where committed offsets and group metadata live on disk.
+
+The topic is created on first write with ``offsets.topic.num.partitions`` partitions
+(default 50) and ``cleanup.policy=compact``; a group's records go to partition
+``Utils.abs(groupId.hashCode()) % partitions`` as Kafka places them.  Each write is one
+v2 batch (CreateTime = now) appended through the LogManager, so the records share the
+partitions' durability (flush policy, recovery).  ``replay`` reads every partition at
+start-up and feeds the records to the coordinator in offset order: the last record of a
+key wins and a null value deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from protocol import records as rec
+
+from broker.coordinator import records as fmt
+
+log = logging.getLogger("chronolog.coordinator.store")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_PARTITIONS = 50
+
+
+class OffsetsTopicStore:
+    def __init__(self, log_manager, clock, num_partitions: int = DEFAULT_PARTITIONS, notify=None):
+        self.lm = log_manager
+        self.clock = clock
+        self.num_partitions = num_partitions
+        self.notify = notify or (lambda topic, partition: None)
+
+    def _partitions(self) -> int:
+        info = self.lm.get_topic(OFFSETS_TOPIC)
+        if info is None:
+            log.info("creating %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+            info = self.lm.create_topic(OFFSETS_TOPIC, self.num_partitions, {"cleanup.policy": "compact"})
+        return info.num_partitions
+
+    def _append(self, group: str, pairs: list) -> None:
+        n = self._partitions()
+        partition = fmt.partition_for(group, n)
+        now = int(self.clock.time_ms())
+        batch = bytearray(rec.build_batch([(now, k, v) for k, v in pairs]))
+        self.lm.get_log(OFFSETS_TOPIC, partition).append(batch, in_place=True)
+        self.notify(OFFSETS_TOPIC, partition)
+
+    def write_offsets(self, group: str, offsets: dict) -> None:
+        pairs = []
+        for (topic, partition), value in offsets.items():
+            pairs.append((fmt.offset_key(group, topic, partition),
+                          None if value is None else fmt.offset_value(value)))
+        if pairs:
+            self._append(group, pairs)
+
+    def write_group(self, group: str, value) -> None:
+        self._append(group, [(fmt.group_key(group), None if value is None else fmt.group_value(value))])
+
+
+def replay(log_manager, coordinator) -> int:
+    """Feed every record of ``__consumer_offsets`` to the coordinator; returns the
+    number of records read."""
+    info = log_manager.get_topic(OFFSETS_TOPIC)
+    if info is None:
+        return 0
+    count = 0
+    for p in range(info.num_partitions):
+        plog = log_manager.get_log(OFFSETS_TOPIC, p)
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        while offset < end:
+            data = plog.read(offset, 1 << 20, min_one_message=True)
+            if data.records is None or len(data.records) == 0:
+                break
+            buf = data.records.read() if hasattr(data.records, "read") else bytes(data.records)
+            progressed = False
+            for pos, header in rec.iter_batches(buf):
+                if header.last_offset < offset:
+                    continue
+                progressed = True
+                offset = header.last_offset + 1
+                if header.is_control:
+                    continue
+                for r in rec.iter_records(buf, pos, header):
+                    if r.key is None:
+                        continue
+                    count += 1
+                    try:
+                        key = fmt.decode_key(r.key)
+                        if isinstance(key, fmt.OffsetKey):
+                            value = None if r.value is None else fmt.decode_offset_value(r.value)
+                            coordinator.load_offset(key.group, key.topic, key.partition, value)
+                        elif isinstance(key, fmt.GroupKey):
+                            value = None if r.value is None else fmt.decode_group_value(r.value)
+                            coordinator.load_group(key.group, value)
+                    except (fmt.RecordFormatError, ValueError) as exc:
+                        log.warning("%s-%d offset %d: skipping unreadable record: %s",
+                                    OFFSETS_TOPIC, p, r.offset, exc)
+            if not progressed:
+                break
+    return count

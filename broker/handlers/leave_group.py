@@ -1,0 +1,28 @@
+"""LeaveGroup (key 13), v0-4: v0-2 name one member; v3+ a batch of members, each by
+member id and/or group.instance.id (KIP-345), with a result per member."""
+
+from protocol.errors import ErrorCode
+from protocol.messages import LeaveGroupResponse
+
+
+def handle(ctx, header, request):
+    version = header.api_version
+    coord = getattr(ctx, "group_coordinator", None)
+    if version >= 3:
+        members = [(m.member_id or "", m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    if coord is None:
+        top, results = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), []
+    else:
+        top, results = coord.leave(request.group_id, members)
+    if version < 3:
+        if top == 0 and results:
+            top = results[0][2]
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=top)
+    return LeaveGroupResponse(
+        throttle_time_ms=0,
+        error_code=top,
+        members=[LeaveGroupResponse.MemberResponse(member_id=mid, group_instance_id=iid, error_code=code)
+                 for mid, iid, code in results] if top == 0 else [],
+    )

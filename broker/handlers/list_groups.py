@@ -1,0 +1,15 @@
+"""ListGroups (key 16), v0-4: every group of this coordinator (v3+ with its state;
+v4 filters on states, case-insensitively as Kafka does)."""
+
+from protocol.errors import ErrorCode
+from protocol.messages import ListGroupsResponse as R
+
+
+def handle(ctx, header, request):
+    coord = getattr(ctx, "group_coordinator", None)
+    if coord is None:
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=[])
+    states = list(request.states_filter or []) if header.api_version >= 4 else None
+    return R(throttle_time_ms=0, error_code=0, groups=[
+        R.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type="classic")
+        for gid, ptype, state in coord.list_groups(states)])

@@ -1,0 +1,59 @@
+"""OffsetFetch (key 9), v0-8: committed offsets of a group (v8: of several groups).
+
+Partitions without a committed offset (and every partition of an unknown group) answer
+offset -1 with no error, as Kafka does; ``topics`` null (v2+) asks for every committed
+offset of the group. There are no transactions here, so ``require_stable`` (v7+) never
+has pending offsets to wait for.
+"""
+
+from protocol.errors import ErrorCode
+from protocol.messages import OffsetFetchResponse as R
+
+
+def _fetch(coord, group_id, topics):
+    """topics: list of (name, [partitions]) or None. Returns (error, {topic: [(p, off, epoch, meta, err)]})."""
+    if coord is None:
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), {}
+    wanted = None if topics is None else [(name, p) for name, parts in topics for p in parts]
+    err, rows = coord.fetch_offsets(group_id, wanted)
+    out: dict = {}
+    if topics is not None:
+        for name, _ in topics:
+            out.setdefault(name, [])
+    for t, p, off, epoch, meta, perr in rows:
+        out.setdefault(t, []).append((p, off, epoch, meta, perr))
+    return err, out
+
+
+def handle(ctx, header, request):
+    version = header.api_version
+    coord = getattr(ctx, "group_coordinator", None)
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            err, out = _fetch(coord, g.group_id, topics)
+            groups.append(R.OffsetFetchResponseGroup(
+                group_id=g.group_id, error_code=err,
+                topics=[R.OffsetFetchResponseTopics(name=name, partitions=[
+                    R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=off,
+                                                    committed_leader_epoch=epoch, metadata=meta, error_code=perr)
+                    for p, off, epoch, meta, perr in parts]) for name, parts in out.items()]))
+        return R(throttle_time_ms=0, groups=groups)
+    topics = None
+    if request.topics is not None:
+        topics = [(t.name, list(t.partition_indexes)) for t in request.topics]
+    elif version < 2:
+        topics = []
+    err, out = _fetch(coord, request.group_id, topics)
+    if err and version < 2:
+        # v0-1 have no top-level error: every partition carries it
+        out = {name: [(p, -1, -1, "", err) for p in parts] for name, parts in (topics or [])}
+    return R(
+        throttle_time_ms=0,
+        error_code=err,
+        topics=[R.OffsetFetchResponseTopic(name=name, partitions=[
+            R.OffsetFetchResponsePartition(partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
+                                           metadata=meta, error_code=perr)
+            for p, off, epoch, meta, perr in parts]) for name, parts in out.items()],
+    )

@@ -1,0 +1,454 @@
+"""The classic group state machine (broker/coordinator/group.py) driven by a manual
+clock and scheduler, and the __consumer_offsets record formats."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+
+import pytest
+
+from protocol.errors import ErrorCode as E
+
+from broker.coordinator import records as fmt
+from broker.coordinator.group import (
+    COMPLETING_REBALANCE,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupCoordinator,
+)
+
+
+class ManualTime:
+    """Clock + scheduler: ``advance(ms)`` runs the callbacks that fall due, in order."""
+
+    def __init__(self, start_ms: int = 1_000_000):
+        self.now = start_ms
+        self._q: list = []
+        self._seq = itertools.count()
+
+    def time_ms(self) -> int:
+        return self.now
+
+    def call_later(self, delay_ms, fn):
+        h = _Handle(fn)
+        heapq.heappush(self._q, (self.now + max(0, delay_ms), next(self._seq), h))
+        return h
+
+    def advance(self, ms: int = 0) -> None:
+        target = self.now + ms
+        while self._q and self._q[0][0] <= target:
+            due, _, h = heapq.heappop(self._q)
+            self.now = max(self.now, due)
+            if not h.cancelled:
+                h.fn()
+        self.now = target
+
+
+class _Handle:
+    def __init__(self, fn):
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class MemStore:
+    def __init__(self):
+        self.offsets: list = []
+        self.groups: list = []
+
+    def write_offsets(self, group, offsets):
+        self.offsets.append((group, dict(offsets)))
+
+    def write_group(self, group, value):
+        self.groups.append((group, value))
+
+
+@pytest.fixture
+def env():
+    loop = asyncio.new_event_loop()
+    t = ManualTime()
+    store = MemStore()
+    topics = {"t": 4, "u": 1}
+    coord = GroupCoordinator(clock=t, scheduler=t, future_factory=loop.create_future, store=store,
+                             initial_rebalance_delay_ms=0, min_session_timeout_ms=100,
+                             max_session_timeout_ms=60_000, offsets_retention_ms=60_000,
+                             topic_partitions=topics.get)
+    yield coord, t, store
+    loop.close()
+
+
+def join(coord, member_id="", gid="g", protocols=(("range", b"m"),), session=1000, rebalance=2000,
+         instance=None, ptype="consumer", v4=True, client="c"):
+    return coord.join(group_id=gid, member_id=member_id, group_instance_id=instance, protocol_type=ptype,
+                      protocols=list(protocols), session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+                      client_id=client, client_host="/h", require_known_member_id=v4)
+
+
+def sync(coord, member_id, gen, assignments=None, gid="g", instance=None):
+    return coord.sync(group_id=gid, generation_id=gen, member_id=member_id, group_instance_id=instance,
+                      protocol_type=None, protocol_name=None, assignments=assignments or {})
+
+
+def full_join(coord, t, **kw):
+    """MEMBER_ID_REQUIRED round trip, then the real join; returns the join future."""
+    f = join(coord, **kw)
+    assert f.done() and f.result().error == E.MEMBER_ID_REQUIRED
+    mid = f.result().member_id
+    assert mid.startswith(kw.get("client", "c") + "-")
+    f2 = join(coord, member_id=mid, **kw)
+    return mid, f2
+
+
+def test_member_id_required_then_single_member_generation_1(env):
+    coord, t, store = env
+    mid, f = full_join(coord, t)
+    assert not f.done()  # the initial delayed join fires from the scheduler
+    t.advance(0)
+    r = f.result()
+    assert r.error == 0 and r.generation_id == 1 and r.leader == mid and r.member_id == mid
+    assert r.protocol_name == "range" and [m[0] for m in r.members] == [mid]
+    assert coord.group("g").state == COMPLETING_REBALANCE
+    s = sync(coord, mid, 1, {mid: b"A"})
+    assert s.result().error == 0 and s.result().assignment == b"A"
+    assert coord.group("g").state == STABLE
+    assert store.groups[-1][1].generation == 1 and store.groups[-1][1].members[0].assignment == b"A"
+
+
+def test_v3_join_without_member_id_is_accepted(env):
+    coord, t, _ = env
+    f = join(coord, v4=False)
+    t.advance(0)
+    assert f.result().error == 0 and f.result().member_id
+
+
+def test_second_member_triggers_rebalance_follower_waits_for_leader_sync(env):
+    coord, t, _ = env
+    a, fa = full_join(coord, t)
+    t.advance(0)
+    sync(coord, a, 1, {a: b"all"})
+    b, fb = full_join(coord, t, client="d")
+    assert coord.group("g").state == PREPARING_REBALANCE and not fb.done()
+    assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == E.REBALANCE_IN_PROGRESS
+    fa2 = join(coord, member_id=a)
+    assert fa2.done() and fb.done()  # everyone rejoined: completes without waiting for the timeout
+    ra, rb = fa2.result(), fb.result()
+    assert ra.generation_id == rb.generation_id == 2
+    assert ra.leader == a and len(ra.members) == 2 and rb.members == []
+    sb = sync(coord, b, 2)
+    assert not sb.done()
+    sa = sync(coord, a, 2, {a: b"p0", b: b"p1"})
+    assert sa.result().assignment == b"p0" and sb.result().assignment == b"p1"
+    # a stale generation is fenced
+    assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == E.ILLEGAL_GENERATION
+    assert sync(coord, a, 1).result().error == E.ILLEGAL_GENERATION
+
+
+def test_member_not_rejoining_is_removed_after_rebalance_timeout(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t, rebalance=5000, session=10_000)
+    t.advance(0)
+    sync(coord, a, 1, {a: b"x"})
+    b, fb = full_join(coord, t, client="d", rebalance=5000, session=10_000)
+    t.advance(4999)
+    assert not fb.done()
+    t.advance(1)
+    r = fb.result()
+    assert r.error == 0 and r.generation_id == 2 and r.leader == b and [m[0] for m in r.members] == [b]
+    assert a not in coord.group("g").members
+    assert coord.heartbeat(group_id="g", generation_id=2, member_id=a, group_instance_id=None) == E.UNKNOWN_MEMBER_ID
+
+
+def test_session_timeout_removes_silent_member_and_rebalances(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t, session=1000)
+    b, _ = full_join(coord, t, client="d", session=1000)
+    t.advance(0)
+    g = coord.group("g")
+    assert g.state == COMPLETING_REBALANCE and len(g.members) == 2
+    sync(coord, a, 1, {a: b"1", b: b"2"})
+    sync(coord, b, 1)
+    for _ in range(5):  # a heartbeats, b is silent
+        t.advance(400)
+        assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) in (0, E.REBALANCE_IN_PROGRESS)
+    assert b not in g.members and g.state == PREPARING_REBALANCE
+    fa = join(coord, member_id=a)
+    assert fa.result().generation_id == 2 and fa.result().members[0][0] == a
+
+
+def test_parked_requests_keep_member_alive(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t, session=500, rebalance=3000)
+    t.advance(0)
+    sync(coord, a, 1, {a: b""})
+    b, fb = full_join(coord, t, client="d", session=500, rebalance=3000)
+    for _ in range(5):  # b parked in JoinGroup far beyond its session timeout: still a member
+        t.advance(400)
+        assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == E.REBALANCE_IN_PROGRESS
+    assert b in coord.group("g").members and not fb.done()
+    fa = join(coord, member_id=a, session=500, rebalance=3000)
+    assert fa.done() and fb.done() and fa.result().leader == a
+    sb = sync(coord, b, 2)  # the follower parks in SyncGroup while the leader heartbeats
+    for _ in range(5):
+        t.advance(400)
+        assert coord.heartbeat(group_id="g", generation_id=2, member_id=a, group_instance_id=None) == 0
+    assert set(coord.group("g").members) == {a, b} and not sb.done()
+    sync(coord, a, 2, {a: b"A", b: b"B"})
+    assert sb.result().error == 0 and sb.result().assignment == b"B"
+    # a member that neither heartbeats nor waits is removed
+    t.advance(2000)
+    assert coord.group("g").members == {} or b not in coord.group("g").members
+
+
+def test_member_that_never_syncs_is_removed_after_rebalance_timeout(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t, session=1000, rebalance=3000)
+    b, fb = full_join(coord, t, client="d", session=1000, rebalance=3000)
+    t.advance(0)
+    assert fb.result().leader == a
+    sb = sync(coord, b, 1)  # the follower waits; the leader heartbeats but never syncs
+    for _ in range(7):
+        t.advance(400)
+        coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None)
+    assert not sb.done()
+    t.advance(400)
+    assert sb.result().error == E.REBALANCE_IN_PROGRESS
+    assert a not in coord.group("g").members and coord.group("g").state == PREPARING_REBALANCE
+
+
+def test_leave_group_rebalances_remaining_member(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t)
+    b, _ = full_join(coord, t, client="d")
+    t.advance(0)
+    err, res = coord.leave("g", [(b, None)])
+    assert err == 0 and res == [(b, None, 0)]
+    assert coord.group("g").state == PREPARING_REBALANCE
+    r = join(coord, member_id=a).result()
+    assert r.generation_id == 2 and [m[0] for m in r.members] == [a]
+    err, res = coord.leave("g", [(b, None)])
+    assert res == [(b, None, E.UNKNOWN_MEMBER_ID)]
+    assert coord.leave("nope", [("x", None)])[0] == E.UNKNOWN_MEMBER_ID
+
+
+def test_last_member_leaving_empties_group(env):
+    coord, t, store = env
+    a, _ = full_join(coord, t)
+    t.advance(0)
+    sync(coord, a, 1, {a: b"x"})
+    coord.leave("g", [(a, None)])
+    g = coord.group("g")
+    assert g.state == EMPTY and g.generation_id == 2 and not g.members
+    assert store.groups[-1][1].members == [] and store.groups[-1][1].generation == 2
+
+
+def test_protocol_selection_and_inconsistent_protocol(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t, protocols=[("roundrobin", b"1"), ("range", b"2")])
+    b, _ = full_join(coord, t, client="d", protocols=[("range", b"3"), ("roundrobin", b"4")])
+    c, fc = full_join(coord, t, client="e", protocols=[("range", b"5")])
+    t.advance(0)
+    r = fc.result()
+    assert r.protocol_name == "range"  # the only one every member supports
+    leader = r.leader
+    fl = join(coord, member_id=leader, protocols=[("range", b"x")])  # rejoin of the leader: a new rebalance
+    bad = join(coord, protocols=[("sticky", b"")])
+    assert bad.result().error == E.INCONSISTENT_GROUP_PROTOCOL
+    bad = join(coord, protocols=[("range", b"")], ptype="connect")
+    assert bad.result().error == E.INCONSISTENT_GROUP_PROTOCOL
+    assert not fl.done()
+
+
+def test_protocol_vote_majority(env):
+    coord, t, _ = env
+    full_join(coord, t, protocols=[("cooperative-sticky", b""), ("range", b"")])
+    full_join(coord, t, client="d", protocols=[("cooperative-sticky", b""), ("range", b"")])
+    _, f = full_join(coord, t, client="e", protocols=[("range", b""), ("cooperative-sticky", b"")])
+    t.advance(0)
+    assert f.result().protocol_name == "cooperative-sticky"
+
+
+def test_invalid_session_timeout_and_unknown_member(env):
+    coord, t, _ = env
+    assert join(coord, session=50).result().error == E.INVALID_SESSION_TIMEOUT
+    assert join(coord, member_id="ghost").result().error == E.UNKNOWN_MEMBER_ID
+    assert coord.group("g") is None
+    assert join(coord, gid="").result().error == E.INVALID_GROUP_ID
+    assert sync(coord, "ghost", 1).result().error == E.UNKNOWN_MEMBER_ID
+    assert coord.heartbeat(group_id="g", generation_id=1, member_id="x", group_instance_id=None) == E.UNKNOWN_MEMBER_ID
+
+
+def test_pending_member_expires(env):
+    coord, t, _ = env
+    a, _ = full_join(coord, t)
+    t.advance(0)
+    sync(coord, a, 1, {a: b""})
+    f = join(coord, client="d")
+    pending = f.result().member_id
+    assert pending in coord.group("g").pending_members
+    t.advance(1001)
+    assert pending not in coord.group("g").pending_members
+    assert join(coord, member_id=pending, client="d").result().error == E.UNKNOWN_MEMBER_ID
+
+
+def test_static_member_rejoin_without_rebalance_and_fencing(env):
+    coord, t, _ = env
+    f = join(coord, instance="i1")  # static members need no MEMBER_ID_REQUIRED round trip
+    t.advance(0)
+    r = f.result()
+    a = r.member_id
+    assert r.error == 0 and a.startswith("i1-")
+    b, _ = full_join(coord, t, client="d")
+    fa = join(coord, member_id=a, instance="i1")
+    t.advance(0)
+    gen = fa.result().generation_id
+    assert gen == 2
+    leader = fa.result().leader
+    other = b if leader == a else a
+    so = sync(coord, other, gen, instance="i1" if other == a else None)
+    sync(coord, leader, gen, {a: b"A", b: b"B"}, instance="i1" if leader == a else None)
+    assert so.result().error == 0
+    # the static member restarts (new process, no member id): same assignment, no rebalance
+    f2 = join(coord, instance="i1")
+    r2 = f2.result()
+    assert r2.error == 0 and r2.generation_id == 2 and r2.member_id != a
+    assert coord.group("g").state == STABLE
+    assert sync(coord, r2.member_id, 2, instance="i1").result().assignment == b"A"
+    # the old incarnation is fenced
+    assert coord.heartbeat(group_id="g", generation_id=2, member_id=a, group_instance_id="i1") == E.FENCED_INSTANCE_ID
+    assert coord.heartbeat(group_id="g", generation_id=2, member_id=r2.member_id, group_instance_id="i1") == 0
+    # leave by instance id only
+    err, res = coord.leave("g", [("", "i1")])
+    assert res[0][2] == 0 and coord.group("g").state == PREPARING_REBALANCE
+
+
+def test_commit_validation_and_fetch(env):
+    coord, t, store = env
+    # simple commit to an unknown group creates it (Empty, offsets only)
+    res = coord.commit_offsets(group_id="s", generation_id=-1, member_id="", group_instance_id=None, version=8,
+                               offsets=[("t", 0, 5, -1, "meta", -1), ("t", 9, 1, -1, "", -1), ("zz", 0, 1, -1, "", -1)])
+    assert res == {("t", 0): 0, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION, ("zz", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert coord.fetch_offsets("s", [("t", 0), ("t", 1)]) == (0, [("t", 0, 5, -1, "meta", 0), ("t", 1, -1, -1, "", 0)])
+    assert coord.fetch_offsets("s", None)[1] == [("t", 0, 5, -1, "meta", 0)]
+    assert coord.fetch_offsets("unknown", [("t", 0)]) == (0, [("t", 0, -1, -1, "", 0)])
+    assert store.offsets[-1][0] == "s" and store.offsets[-1][1][("t", 0)].offset == 5
+    # generation >= 0 for an unknown group
+    r = coord.commit_offsets(group_id="nog", generation_id=3, member_id="m", group_instance_id=None, version=8,
+                             offsets=[("t", 0, 1, -1, "", -1)])
+    assert r == {("t", 0): E.ILLEGAL_GENERATION}
+    # member commits
+    a, _ = full_join(coord, t)
+    t.advance(0)
+
+    def commit(gen, mid, off):
+        return coord.commit_offsets(group_id="g", generation_id=gen, member_id=mid, group_instance_id=None,
+                                    version=8, offsets=[("t", 1, off, -1, "", -1)])[("t", 1)]
+
+    assert commit(1, a, 3) == E.REBALANCE_IN_PROGRESS  # CompletingRebalance
+    sync(coord, a, 1, {a: b""})
+    assert commit(1, a, 3) == 0
+    assert commit(0, a, 4) == E.ILLEGAL_GENERATION
+    assert commit(1, "other", 4) == E.UNKNOWN_MEMBER_ID
+    assert commit(-1, "", 4) == E.UNKNOWN_MEMBER_ID  # simple commit while the group has members
+    assert coord.fetch_offsets("g", [("t", 1)])[1][0][2] == 3
+
+
+def test_delete_groups_offsets_and_list(env):
+    coord, t, store = env
+    a, _ = full_join(coord, t)
+    t.advance(0)
+    sync(coord, a, 1, {a: b""})
+    coord.commit_offsets(group_id="g", generation_id=1, member_id=a, group_instance_id=None, version=8,
+                         offsets=[("t", 0, 7, -1, "", -1)])
+    coord.commit_offsets(group_id="s", generation_id=-1, member_id="", group_instance_id=None, version=8,
+                         offsets=[("u", 0, 1, -1, "", -1)])
+    assert coord.list_groups() == [("g", "consumer", STABLE), ("s", "", EMPTY)]
+    assert coord.list_groups(["empty"]) == [("s", "", EMPTY)]
+    assert coord.delete_group("g") == E.NON_EMPTY_GROUP
+    assert coord.delete_group("nope") == E.GROUP_ID_NOT_FOUND
+    coord.leave("g", [(a, None)])
+    assert coord.delete_group("g") == 0
+    assert coord.group("g") is None and coord.fetch_offsets("g", [("t", 0)])[1][0][2] == -1
+    assert store.offsets[-1] == ("g", {("t", 0): None}) and store.groups[-1] == ("g", None)
+    assert coord.delete_offsets("s", [("u", 0)]) == (0, {("u", 0): 0})
+    assert coord.fetch_offsets("s", None)[1] == []
+
+
+def test_offsets_expire_for_empty_groups_only(env):
+    coord, t, store = env
+    coord.commit_offsets(group_id="s", generation_id=-1, member_id="", group_instance_id=None, version=8,
+                         offsets=[("t", 0, 1, -1, "", -1)])
+    a, _ = full_join(coord, t, gid="g", session=120_000 // 4)
+    t.advance(0)
+    sync(coord, a, 1, {a: b""}, gid="g")
+    coord.commit_offsets(group_id="g", generation_id=1, member_id=a, group_instance_id=None, version=8,
+                         offsets=[("t", 0, 1, -1, "", -1)])
+    for _ in range(59):
+        t.advance(1000)
+        assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == 0
+    assert coord.expire_offsets() == 0
+    t.advance(1_000)
+    assert coord.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == 0
+    assert coord.expire_offsets() == 1
+    assert coord.group("s") is None
+    assert coord.fetch_offsets("g", [("t", 0)])[1][0][2] == 1
+
+
+def test_replay_restores_offsets_and_group(env):
+    coord, t, store = env
+    a, _ = full_join(coord, t, instance=None)
+    t.advance(0)
+    sync(coord, a, 1, {a: b"asg"})
+    coord.commit_offsets(group_id="g", generation_id=1, member_id=a, group_instance_id=None, version=8,
+                         offsets=[("t", 0, 10, 4, "m", -1), ("t", 1, 11, -1, "", -1)])
+    # round trip every stored record through Kafka's byte formats into a new coordinator
+    loop = asyncio.new_event_loop()
+    t2 = ManualTime(t.now)
+    c2 = GroupCoordinator(clock=t2, scheduler=t2, future_factory=loop.create_future, store=MemStore(),
+                          min_session_timeout_ms=100)
+    for gid, offsets in store.offsets:
+        for (topic, p), v in offsets.items():
+            k = fmt.decode_key(fmt.offset_key(gid, topic, p))
+            val = None if v is None else fmt.decode_offset_value(fmt.offset_value(v))
+            c2.load_offset(k.group, k.topic, k.partition, val)
+    for gid, v in store.groups:
+        k = fmt.decode_key(fmt.group_key(gid))
+        c2.load_group(k.group, None if v is None else fmt.decode_group_value(fmt.group_value(v)))
+    c2.start_loaded_timers()
+    g = c2.group("g")
+    assert g.generation_id == 1 and g.state == STABLE and list(g.members) == [a]
+    assert g.members[a].assignment == b"asg"
+    assert c2.fetch_offsets("g", None)[1] == [("t", 0, 10, 4, "m", 0), ("t", 1, 11, -1, "", 0)]
+    assert c2.heartbeat(group_id="g", generation_id=1, member_id=a, group_instance_id=None) == 0
+    t2.advance(1001)  # the loaded member never comes back: removed, the group empties
+    assert c2.group("g").state == EMPTY and c2.group("g").generation_id == 2
+    loop.close()
+
+
+def test_record_formats_match_kafka_bytes():
+    # OffsetCommitKey v1 / GroupMetadataKey v2 as Kafka writes them
+    assert fmt.offset_key("g", "t", 3) == b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x03"
+    assert fmt.group_key("grp") == b"\x00\x02\x00\x03grp"
+    v = fmt.offset_value(fmt.OffsetValue(42, 7, "md", 1700000000000))
+    assert v == (b"\x00\x03" + (42).to_bytes(8, "big") + (7).to_bytes(4, "big") + b"\x00\x02md"
+                 + (1700000000000).to_bytes(8, "big"))
+    # OffsetCommitValue v1 (with expireTimestamp) is still readable
+    v1 = b"\x00\x01" + (5).to_bytes(8, "big") + b"\x00\x00" + (9).to_bytes(8, "big") + (10).to_bytes(8, "big")
+    assert fmt.decode_offset_value(v1) == fmt.OffsetValue(5, -1, "", 9)
+    gv = fmt.GroupValue("consumer", 3, "range", "m1", 123,
+                        [fmt.MemberValue("m1", "i1", "c", "/h", 300, 100, b"sub", b"asg")])
+    assert fmt.decode_group_value(fmt.group_value(gv)) == gv
+
+
+def test_partition_for_uses_java_hashcode():
+    # values computed with Java's "...".hashCode()
+    assert fmt.java_string_hash("") == 0
+    assert fmt.java_string_hash("a") == 97
+    assert fmt.java_string_hash("hello") == 99162322
+    assert fmt.java_string_hash("polygenelubricants") == -2147483648  # Integer.MIN_VALUE
+    assert fmt.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) == 0
+    assert fmt.partition_for("hello", 50) == 99162322 % 50
