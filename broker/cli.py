@@ -9,12 +9,15 @@ Subcommands:
 * ``chronolog dump-log --files PATH[,PATH...] [--print-data-log] [--deep-iteration]
   [--verify-index-only] [--index-sanity-check] [--max-bytes N]`` prints segment files
   (.log, .index, .timeindex) as Kafka's kafka-dump-log.sh does (see storage.dump_log).
+* ``chronolog get-offsets | topics | configs | consumer-groups --bootstrap-server H:P ...``:
+  the counterparts of kafka-get-offsets.sh, kafka-topics.sh, kafka-configs.sh and
+  kafka-consumer-groups.sh, speaking the Kafka protocol to any broker (see broker.tools;
+  exit 1 for an error such as an unknown topic or an unreachable broker, 2 for usage).
 
 Exit codes: 0 success, 2 usage or configuration error (the one-line ConfigError message
 goes to stderr), 1 unexpected failure.
 
-More subcommands (get-offsets, consumer-groups, topics, configs) plug in by
-adding a ``_register_<name>`` function to :data:`_REGISTRARS`.
+More subcommands plug in by adding a ``_register_<name>`` function to :data:`_REGISTRARS`.
 """
 
 from __future__ import annotations
@@ -189,7 +192,19 @@ def _register_dump_log(sub) -> None:
     p.set_defaults(func=_cmd_dump_log, parser=p)
 
 
-_REGISTRARS: list[Callable] = [_register_serve, _register_config, _register_dump_log]
+# ---------------------------------------------------------------------- Kafka tools
+
+
+def _register_tools(sub) -> None:
+    """get-offsets, topics, configs, consumer-groups: broker.tools (client side; they
+    import the codec only when run)."""
+    from broker.tools import configs, consumer_groups, get_offsets, topics
+
+    for module in (get_offsets, topics, configs, consumer_groups):
+        module.register(sub)
+
+
+_REGISTRARS: list[Callable] = [_register_serve, _register_config, _register_dump_log, _register_tools]
 
 
 # ---------------------------------------------------------------------- main
