@@ -39,10 +39,14 @@ def _topic_entry(ctx, info, version):
         error_code=0,
         name=info.name,
         topic_id=info.topic_id,
-        is_internal=False,
+        is_internal=info.name in _INTERNAL_TOPICS,
         partitions=partitions,
         topic_authorized_operations=_UNKNOWN_OPS,
     )
+
+
+# Kafka's org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS (the ones we create)
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 
 def _error_entry(name, code, topic_id=_NULL_UUID):

@@ -428,6 +428,20 @@ def test_commit_restart_resume(broker_factory, request):
     finally:
         k.close()
     assert first == {0: 4, 1: 7}
+    # Metadata flags the offsets topic as internal, as Kafka does (clients hide it)
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10)
+    from kafka import KafkaAdminClient
+
+    adm = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=20_000)
+    try:
+        described = {t.get("topic", t.get("name")): t for t in adm.describe_topics()}
+    finally:
+        adm.close()
+    assert "__consumer_offsets" in md.topics
+    assert described["__consumer_offsets"]["is_internal"] is True
+    assert described[topic]["is_internal"] is False
 
 
 def _java_partition(group: str, n: int) -> int:
