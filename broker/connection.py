@@ -47,6 +47,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "_busy",
         "_closed",
         "_peer",
+        "peer_host",
         "_max_frame",
         "_write_paused",
         "_reading_paused",
@@ -63,6 +64,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._busy = False
         self._closed = False
         self._peer = "?"
+        self.peer_host = "?"  # the client's address, as Kafka reports it ("/127.0.0.1")
         self._max_frame = dispatcher.socket_request_max_bytes
         self._write_paused = False
         self._reading_paused = False
@@ -74,6 +76,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self._peer = f"{peer[0]}:{peer[1]}"
+            self.peer_host = f"/{peer[0]}"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:

@@ -49,6 +49,9 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     60: (0, 1, handlers.describe_cluster.handle),
 }
 
+# handlers that also take ``client_host=`` (the member's address in group metadata)
+NEEDS_CLIENT_HOST = frozenset({11})
+
 API_VERSIONS_KEY = 18
 
 
@@ -94,7 +97,10 @@ class Dispatcher:
             conn.close()
             return None
         try:
-            result = entry[2](self.ctx, header, request)
+            if api_key in NEEDS_CLIENT_HOST:
+                result = entry[2](self.ctx, header, request, client_host=conn.peer_host)
+            else:
+                result = entry[2](self.ctx, header, request)
         except Exception:
             log.exception(
                 "%s v%d request from %s failed; closing the connection",

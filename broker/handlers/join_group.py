@@ -25,7 +25,7 @@ def _response(version, res):
     )
 
 
-async def handle(ctx, header, request):
+async def handle(ctx, header, request, client_host: str | None = None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
     if coord is None:
@@ -42,7 +42,7 @@ async def handle(ctx, header, request):
         session_timeout_ms=request.session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout,
         client_id=header.client_id or "",
-        client_host=coord.client_host,
+        client_host=client_host or coord.client_host,
         require_known_member_id=version >= 4,
     )
     res = await fut

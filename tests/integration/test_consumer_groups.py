@@ -330,6 +330,47 @@ def test_raw_join_member_id_required_and_heartbeat_errors(gbroker):
         assert heartbeat(group, 1, member) == 25
 
 
+def test_member_host_is_the_clients_address(gbroker):
+    """DescribeGroups reports each member's own address ("/<ip>", as Kafka): a member
+    connecting from 127.0.0.2 is not reported as 127.0.0.1."""
+    import socket
+
+    from tests.integration.helpers import RawConn, _kbytes, _kstring
+
+    group = _group()
+    conn = RawConn.__new__(RawConn)
+    conn.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    conn.sock.settimeout(10)
+    conn.sock.bind(("127.0.0.2", 0))
+    conn.sock.connect(("127.0.0.1", gbroker.port))
+
+    def join_v4(member_id):
+        return (_kstring(group) + struct.pack(">ii", SESSION_MS, SESSION_MS) + _kstring(member_id)
+                + _kstring("consumer") + struct.pack(">i", 1) + _kstring("range") + _kbytes(b""))
+
+    try:
+        body = conn.request(11, 4, join_v4(""), 1)
+        _, pos = _read_str(body, 10)
+        _, pos = _read_str(body, pos)
+        member, pos = _read_str(body, pos)
+        body = conn.request(11, 4, join_v4(member), 2)
+        assert struct.unpack_from(">ih", body, 0)[1] == 0
+        with RawConn(gbroker.port) as other:  # DescribeGroups v0 from 127.0.0.1
+            body = other.request(15, 0, struct.pack(">i", 1) + _kstring(group), 4)
+        (n_groups, err) = struct.unpack_from(">ih", body, 0)
+        pos = 6
+        for _ in range(4):  # group id, state, protocol type, protocol
+            _, pos = _read_str(body, pos)
+        (n_members,) = struct.unpack_from(">i", body, pos)
+        mid, pos = _read_str(body, pos + 4)
+        client_id, pos = _read_str(body, pos)
+        host, pos = _read_str(body, pos)
+        assert (n_groups, err, n_members, mid, host) == (1, 0, 1, member, "/127.0.0.2")
+        conn.request(13, 0, _kstring(group) + _kstring(member), 3)
+    finally:
+        conn.sock.close()
+
+
 @pytest.mark.parametrize("client", ["ck", "kp"])
 def test_group_split_join_leave_crash(gbroker, request, client):
     parts = 6
