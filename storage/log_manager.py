@@ -408,10 +408,13 @@ class LogManager:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
 
-    def _read_metadata(self) -> dict[str, dict]:
+    def _read_newest(self, name: str, version: int) -> dict | None:
+        """The JSON document ``name`` with the highest ``generation`` over the log dirs
+        (unreadable or unknown-format copies are logged and skipped); leftover ``.tmp``
+        files of an interrupted write are removed."""
         best = None
         for d in self.log_dirs:
-            path = os.path.join(d, TOPICS_FILE)
+            path = os.path.join(d, name)
             try:
                 with open(path, "rb") as f:
                     doc = json.loads(f.read())
@@ -420,15 +423,19 @@ class LogManager:
             except (OSError, ValueError) as e:
                 logger.error("cannot read %s: %s", path, e)
                 continue
-            if not isinstance(doc, dict) or doc.get("version") != _METADATA_VERSION:
+            if not isinstance(doc, dict) or doc.get("version") != version:
                 logger.error("ignoring %s: unknown format", path)
                 continue
             if best is None or doc.get("generation", 0) > best.get("generation", 0):
                 best = doc
-        for d in self.log_dirs:  # leftovers of an interrupted write
-            tmp = os.path.join(d, TOPICS_FILE + ".tmp")
+        for d in self.log_dirs:
+            tmp = os.path.join(d, name + ".tmp")
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        return best
+
+    def _read_metadata(self) -> dict[str, dict]:
+        best = self._read_newest(TOPICS_FILE, _METADATA_VERSION)
         if best is None:
             return {}
         self._generation = int(best.get("generation", 0))
@@ -503,26 +510,7 @@ class LogManager:
         it. Called by ``startup`` before any topic config is resolved. An invalid file is
         logged and ignored (the static config applies)."""
         static = self.static_broker_config
-        best = None
-        for d in self.log_dirs:
-            path = os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE)
-            try:
-                with open(path, "rb") as f:
-                    doc = json.loads(f.read())
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as e:
-                logger.error("cannot read %s: %s", path, e)
-                continue
-            if not isinstance(doc, dict) or doc.get("version") != 1:
-                logger.error("ignoring %s: unknown format", path)
-                continue
-            if best is None or doc.get("generation", 0) > best.get("generation", 0):
-                best = doc
-        for d in self.log_dirs:
-            tmp = os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE + ".tmp")
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        best = self._read_newest(DYNAMIC_BROKER_CONFIGS_FILE, 1)
         self.__dict__["_static_broker_config"] = static
         if best is None:
             return

@@ -1164,3 +1164,16 @@ def compare_offsets_for_times(client: str, answers: dict, timestamps: list[int])
         raise AssertionError(
             f"{client}: {len(wrong)} of {len(answers)} offsets_for_times answers differ from the "
             f"oracle (first offset with timestamp >= T):\n" + "\n".join(lines))
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``pred`` until it returns something truthy (returned) or ``timeout`` seconds
+    pass (AssertionError naming ``what``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

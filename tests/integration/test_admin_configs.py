@@ -9,21 +9,22 @@ import time
 import pytest
 
 from tests.integration.helpers import (
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    Rec,
-    RawConn,
     beginning_offset,
     ck_admin,
     consume,
+    CREATE_TIME,
     create_topic,
     end_offset,
     kp_admin,
+    LOG_APPEND_TIME,
     make_records,
     now_ms,
     produce,
     produce_batches,
+    RawConn,
+    Rec,
     unique_topic,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -108,16 +109,6 @@ def raw_describe(port, rtype, name, version=4):
     (res,) = raw_request(port, 32, version, body).results
     return res
 
-
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 # ---------------------------------------------------------------------------------------

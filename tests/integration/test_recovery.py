@@ -35,12 +35,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import (
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    Got,
-    Rec,
-    RawConn,
-    TimeOracle,
     assert_records_equal,
     beginning_offset,
     build_v2_batch,
@@ -50,9 +44,12 @@ from tests.integration.helpers import (
     ck_producer_config,
     compare_offsets_for_times,
     consume,
+    CREATE_TIME,
     create_topic,
     end_offset,
+    Got,
     kp_admin,
+    LOG_APPEND_TIME,
     make_records,
     now_ms,
     offsets_for_times,
@@ -61,9 +58,13 @@ from tests.integration.helpers import (
     produce,
     produce_request_v3,
     query_points,
+    RawConn,
+    Rec,
     special_offsets,
     start_broker,
+    TimeOracle,
     unique_topic,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]
@@ -187,16 +188,6 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         f"{path.name}: count line {lines[1]!r} but {len(lines) - 2} entry lines ({len(entries)} distinct)"
     return entries
 
-
-def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def tracebacks_since(b, pos: int) -> str | None:

@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     produce,
     produce_batches,
     unique_topic,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -32,16 +33,6 @@ def retention_broker(broker_factory):
                            "log.retention.check.interval.ms": 300,
                            "log.segment.delete.delay.ms": 200})
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_time_retention_deletes_expired_segments(retention_broker):
