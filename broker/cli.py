@@ -2,8 +2,11 @@
 
 Subcommands:
 
-* ``chronolog serve [--config server.properties] [--override key=value ...] [--log-level INFO]``
-  loads the configuration and runs the broker until SIGTERM/SIGINT.
+* ``chronolog serve [--config server.properties] [--override key=value ...]
+  [--log-level SPEC] [--log-format text|json]`` loads the configuration and runs the
+  broker until SIGTERM/SIGINT (logging: see broker.logging_setup).
+* ``chronolog healthcheck [--bootstrap-server H:P]``: one ApiVersions round trip, exit 0
+  when the broker answers, 1 otherwise (the container HEALTHCHECK).
 * ``chronolog config --describe [--config F] [--override key=value ...]`` prints the
   effective broker configuration, one ``name=value (source)`` line per property.
 * ``chronolog dump-log --files PATH[,PATH...] [--print-data-log] [--deep-iteration]
@@ -34,20 +37,14 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 
-def setup_logging(level: str = "INFO", stream=None) -> None:
-    """Plain text to stderr: time level logger message."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler._chronolog = True  # type: ignore[attr-defined]
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        if getattr(h, "_chronolog", False):
-            root.removeHandler(h)
-    root.addHandler(handler)
-    root.setLevel(level.upper())
+def setup_logging(level: str = "INFO", stream=None, fmt: str = "text") -> None:
+    """Logging to stderr: plain text (time level logger message) or JSON lines; ``level``
+    is a level spec (``INFO,chronolog.produce=DEBUG``; see broker.logging_setup)."""
+    from broker.logging_setup import setup_logging as _setup
+
+    _setup(level, stream=stream, fmt=fmt)
 
 
 def _add_config_source_args(p: argparse.ArgumentParser) -> None:
@@ -73,13 +70,19 @@ def _load(args: argparse.Namespace, *, warn: bool = True):
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from config import ConfigError
+    from config.broker_config import warn_unknown
 
-    setup_logging(args.log_level)
+    # Flags first (so that config problems are logged in the requested format), then
+    # the logging.format / logging.levels properties where no flag was given.
     try:
-        cfg = _load(args)
+        setup_logging(args.log_level or "INFO", fmt=args.log_format or "text")
+        cfg = _load(args, warn=False)
+        if args.log_level is None or args.log_format is None:
+            setup_logging(args.log_level or cfg.logging_levels, fmt=args.log_format or cfg.logging_format)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
+    warn_unknown(cfg)
     server = importlib.import_module("broker.server")  # lazy: tests need no server
     try:
         rc = server.run(cfg)
@@ -91,8 +94,82 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _register_serve(sub) -> None:
     p = sub.add_parser("serve", help="run the broker", description="Run the Chronolog broker.")
     _add_config_source_args(p)
-    p.add_argument("--log-level", default="INFO", type=str.upper, choices=_LOG_LEVELS, help="default INFO")
+    p.add_argument(
+        "--log-level",
+        default=None,
+        metavar="SPEC",
+        help="LEVEL and/or logger=LEVEL pairs, comma separated, e.g. INFO,chronolog.produce=DEBUG,storage=WARNING "
+        "(default: the logging.levels property, INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=None,
+        type=str.lower,
+        choices=("text", "json"),
+        help="text (default) or json: one JSON object per line (default: the logging.format property)",
+    )
     p.set_defaults(func=_cmd_serve)
+
+
+# ---------------------------------------------------------------------- healthcheck
+
+
+def _cmd_healthcheck(args: argparse.Namespace) -> int:
+    """ApiVersions round trip: exit 0 when the broker answers with error code 0."""
+    import socket
+    import struct
+
+    from protocol import codec
+    from protocol.messages import ApiVersionsRequest, RequestHeader
+
+    host, _, port = args.bootstrap_server.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port_no = int(port)
+    except ValueError:
+        print(f"healthcheck: --bootstrap-server {args.bootstrap_server!r} is not HOST:PORT", file=sys.stderr)
+        return EXIT_USAGE
+    header = RequestHeader(api_key=18, api_version=0, correlation_id=1, client_id="chronolog-healthcheck")
+    try:
+        with socket.create_connection((host, port_no), timeout=args.timeout) as sock:
+            sock.settimeout(args.timeout)
+            sock.sendall(codec.encode_request(header, ApiVersionsRequest()))
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            if not 0 <= size <= 1 << 20:
+                raise ValueError(f"bad response size {size}")
+            correlation_id, body = codec.decode_response(18, 0, _recv_exact(sock, size))
+    except Exception as exc:  # unreachable, timeout, garbage: unhealthy
+        print(f"unhealthy: {args.bootstrap_server}: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    if correlation_id != 1 or body.error_code != 0:
+        print(f"unhealthy: {args.bootstrap_server}: ApiVersions error code {body.error_code}", file=sys.stderr)
+        return EXIT_FAILURE
+    if not args.quiet:
+        print(f"ok: {args.bootstrap_server} answered ApiVersions ({len(body.api_keys)} APIs)")
+    return EXIT_OK
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        buf += chunk
+    return bytes(buf)
+
+
+def _register_healthcheck(sub) -> None:
+    p = sub.add_parser(
+        "healthcheck",
+        help="exit 0 if the broker answers an ApiVersions request, else 1",
+        description="Send one ApiVersions request (for container HEALTHCHECKs).",
+    )
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", metavar="HOST:PORT",
+                   help="default 127.0.0.1:9092")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="default 5")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    p.set_defaults(func=_cmd_healthcheck)
 
 
 # ---------------------------------------------------------------------- config
@@ -204,7 +281,8 @@ def _register_tools(sub) -> None:
         module.register(sub)
 
 
-_REGISTRARS: list[Callable] = [_register_serve, _register_config, _register_dump_log, _register_tools]
+_REGISTRARS: list[Callable] = [_register_serve, _register_config, _register_dump_log, _register_healthcheck,
+                               _register_tools]
 
 
 # ---------------------------------------------------------------------- main

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from time import perf_counter
 from typing import Any, Callable
 
 from protocol import codec
@@ -60,6 +61,8 @@ class Dispatcher:
         self.ctx = ctx
         self.connections: set = set()
         self.socket_request_max_bytes = ctx.config.socket_request_max_bytes
+        # broker.metrics.BrokerMetrics or None (metrics.port=0): request counts, errors, latency
+        self.metrics = getattr(ctx, "metrics", None)
 
     def dispatch(self, conn, frame: bytes):
         """Returns None (no response), a list of chunks, or an awaitable of chunks."""
@@ -96,6 +99,8 @@ class Dispatcher:
             )
             conn.close()
             return None
+        metrics = self.metrics
+        started = perf_counter() if metrics is not None else 0.0
         try:
             if api_key in NEEDS_CLIENT_HOST:
                 result = entry[2](self.ctx, header, request, client_host=conn.peer_host)
@@ -108,19 +113,37 @@ class Dispatcher:
                 version,
                 conn._peer,
             )
+            if metrics is not None:
+                metrics.request_failed(api_key, perf_counter() - started)
             conn.close()
             return None
         if inspect.isawaitable(result):
-            return self._finish_async(header, result)
+            return self._finish_async(header, result, started)
         if result is None:
+            if metrics is not None:
+                metrics.request_done(api_key, None, perf_counter() - started)
             return None
-        return codec.encode_response(api_key, version, header.correlation_id, result)
+        encoded = codec.encode_response(api_key, version, header.correlation_id, result)
+        if metrics is not None:
+            metrics.request_done(api_key, result, perf_counter() - started)
+        return encoded
 
-    async def _finish_async(self, header, awaitable):
-        response = await awaitable
+    async def _finish_async(self, header, awaitable, started: float = 0.0):
+        metrics = self.metrics
+        try:
+            response = await awaitable
+        except Exception:
+            if metrics is not None:
+                metrics.request_failed(header.api_key, perf_counter() - started)
+            raise
         if response is None:
+            if metrics is not None:
+                metrics.request_done(header.api_key, None, perf_counter() - started)
             return None
-        return codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
+        encoded = codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
+        if metrics is not None:
+            metrics.request_done(header.api_key, response, perf_counter() - started)
+        return encoded
 
     def _unsupported_api_versions(self, header):
         from protocol.messages import ApiVersionsResponse

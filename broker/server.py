@@ -1,7 +1,9 @@
 """Start the broker: storage, the listener, periodic tasks, and an explicit shutdown.
 
-``run(config)`` blocks until SIGTERM/SIGINT, then stops accepting connections, closes
-the open ones, flushes and closes every log, and returns.
+``run(config)`` blocks until SIGTERM/SIGINT, then shuts down in bounded time
+(``controlled.shutdown.timeout.ms``, see ``BrokerServer.stop``): stops accepting, answers
+the requests in flight, closes the connections, flushes and closes every log, writes the
+checkpoints and the clean-shutdown marker, and returns (exit code 0).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 
 from broker.context import BrokerContext, load_or_create_cluster_id
 from broker.dispatcher import Dispatcher
@@ -36,12 +39,21 @@ class BrokerServer:
         self.dispatcher: Dispatcher | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
+        self._stopping = False
 
     async def start(self) -> None:
         cfg = self.config
         host, port = cfg.listener()
         cluster_id = load_or_create_cluster_id(list(cfg.log_dirs), cfg.node_id)
+        metrics = None
+        if (getattr(cfg, "metrics_port", 0) or 0) > 0:
+            from broker.metrics import BrokerMetrics
+
+            metrics = BrokerMetrics()
+        loading_started = asyncio.get_running_loop().time()
         self.log_manager.startup()
+        if metrics is not None:
+            metrics.recovery_seconds.set(asyncio.get_running_loop().time() - loading_started)
         loop = asyncio.get_running_loop()
         # The context needs the real port (the listener may ask for port 0).
         ctx = BrokerContext(
@@ -53,6 +65,7 @@ class BrokerServer:
             port=port,
             cluster_id=cluster_id,
             producer_ids=ProducerIdManager(os.path.join(cfg.log_dirs[0], "chronolog-producer-id-block")),
+            metrics=metrics,
         )
         self.dispatcher = Dispatcher(ctx)
         # group coordinator: replay __consumer_offsets before the first client connects
@@ -79,9 +92,24 @@ class BrokerServer:
         self.context = ctx
         self._tasks.append(asyncio.ensure_future(self._flush_loop()))
         lm = self.log_manager
+        cleanup_logs = lm.cleanup_logs
+        if metrics is not None:
+            from broker.metrics import MetricsServer
+
+            def cleanup_logs(lm=lm, counter=metrics.retention_segments_deleted):
+                deleted = lm.cleanup_logs()
+                if deleted:
+                    counter.inc(deleted)
+                return deleted
+
+            metrics.attach_state(lm, lambda: ctx.group_coordinator, self.clock)
+            self.metrics_server = MetricsServer(metrics, host, cfg.metrics_port)
+            if await self.metrics_server.start():
+                # cancelled (and so closed) with the other tasks by stop()
+                self._tasks.append(asyncio.ensure_future(self.metrics_server.serve_until_cancelled()))
         self._tasks += [
             asyncio.ensure_future(self._periodic("log retention", cfg.log_retention_check_interval_ms,
-                                                 lm.cleanup_logs)),
+                                                 cleanup_logs)),
             asyncio.ensure_future(self._periodic("deleted segment removal", _DELETE_TICK_MS,
                                                  lm.delete_due_files)),
             asyncio.ensure_future(self._periodic("recovery point checkpoint",
@@ -125,40 +153,134 @@ class BrokerServer:
             except Exception:
                 log.exception("periodic flush failed")
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_ms: int | None = None) -> None:
+        """Controlled shutdown, bounded by ``controlled.shutdown.timeout.ms``:
+
+        1. stop accepting connections and stop reading new requests on the open ones;
+        2. answer what is in flight: parked Fetch long polls are woken and answered with
+           what they have (``ctx.shutting_down`` makes Fetch stop waiting), parked
+           JoinGroup/SyncGroup get COORDINATOR_NOT_AVAILABLE; this phase gets at most
+           half of the timeout, then the connections still busy are closed unanswered;
+        3. close the connections (queued responses are written first, at most 1 s);
+        4. flush and close every log, write both checkpoints and the clean-shutdown
+           marker (``LogManager.shutdown``).
+
+        A second call waits for the first. ``serve`` adds a watchdog that ends the
+        process with exit code 1 (and no clean-shutdown marker) if all this takes longer
+        than the timeout."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        if timeout_ms is None:
+            timeout_ms = getattr(self.config, "controlled_shutdown_timeout_ms", 8000)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        drain_deadline = t0 + timeout_ms / 2000.0
+        ctx = getattr(self, "context", None)
         if self.server is not None:
             self.server.close()
+        conns = list(self.dispatcher.connections) if self.dispatcher is not None else []
+        for conn in conns:
+            transport = conn._transport
+            if transport is not None and not transport.is_closing():
+                try:
+                    transport.pause_reading()
+                except Exception:  # pragma: no cover - already closing
+                    pass
+        if ctx is not None:
+            ctx.shutting_down = True
+        coordinator = getattr(ctx, "group_coordinator", None)
+        if coordinator is not None:
+            try:
+                coordinator.shutdown()  # completes parked JoinGroup/SyncGroup requests
+            except Exception:
+                log.exception("group coordinator shutdown failed")
+        if ctx is not None:
+            for topic, partition in list(ctx.fetch_waiters):
+                ctx.notify_append(topic, partition)  # parked fetches answer now
+        in_flight = sum(1 for c in conns if c._busy and not c._closed)
+        if in_flight:
+            log.info("waiting for %d in-flight request(s)", in_flight)
+        while loop.time() < drain_deadline and any(c._busy and not c._closed for c in conns):
+            await asyncio.sleep(0.01)
+        busy = sum(1 for c in conns if c._busy and not c._closed)
+        if busy:
+            log.warning("%d request(s) still in flight after %.1f s; closing their connections",
+                        busy, loop.time() - t0)
         for task in self._tasks:
             task.cancel()
-        if self.dispatcher is not None:
-            for conn in list(self.dispatcher.connections):
-                conn.close()
+        for conn in conns:
+            conn.close()
+        close_deadline = min(loop.time() + 1.0, t0 + timeout_ms / 1000.0 * 0.75)
+        while loop.time() < close_deadline and any(
+                c._transport is not None and c._transport.get_write_buffer_size() for c in conns):
+            await asyncio.sleep(0.01)
+        for conn in conns:
+            if conn._transport is not None and conn._transport.get_write_buffer_size():
+                conn._transport.abort()  # a client that does not read its responses
         if self.server is not None:
             try:
-                await asyncio.wait_for(self.server.wait_closed(), timeout=5)
+                await asyncio.wait_for(self.server.wait_closed(), timeout=max(0.1, close_deadline - loop.time()))
             except asyncio.TimeoutError:  # pragma: no cover
-                log.warning("connections did not close within 5 s")
-        coordinator = getattr(getattr(self, "context", None), "group_coordinator", None)
-        if coordinator is not None:
-            coordinator.shutdown()
+                log.warning("the listener did not close in time")
         self.log_manager.shutdown()
-        log.info("Chronolog stopped")
+        log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
         self._stopped.set()
 
 
 async def serve(config) -> None:
     server = BrokerServer(config)
-    await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    timeout_ms = getattr(config, "controlled_shutdown_timeout_ms", 8000)
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.info("%s received while shutting down; still stopping (bounded by "
+                     "controlled.shutdown.timeout.ms=%d)", sig.name, timeout_ms)
+            return
+        log.info("%s received: shutting down", sig.name)
+        stop.set()
+
+    # Handlers first: a signal that arrives while starting (even right after the
+    # "listening" line) stops the broker cleanly once it has started.
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         except NotImplementedError:  # pragma: no cover
             pass
+    await server.start()
     await stop.wait()
     log.info("shutting down")
-    await server.stop()
+    watchdog = threading.Timer(timeout_ms / 1000.0, _shutdown_overdue, args=(timeout_ms,))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        await server.stop(timeout_ms)
+    finally:
+        watchdog.cancel()
+        # From here on a late SIGTERM/SIGINT must not kill the exiting process with a
+        # signal status (the loop's handlers go away with the loop).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+            except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover
+                pass
+
+
+def _shutdown_overdue(timeout_ms: int) -> None:
+    """Watchdog thread: the controlled shutdown overran its bound. Exit 1 at once; the
+    clean-shutdown marker is written last, so the next start recovers what it must."""
+    log.error("shutdown did not finish within controlled.shutdown.timeout.ms=%d; exiting with code 1",
+              timeout_ms)
+    for h in logging.getLogger().handlers:
+        try:
+            h.flush()
+        except Exception:  # pragma: no cover
+            pass
+    os._exit(1)
 
 
 def run(config) -> int:

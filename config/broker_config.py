@@ -103,6 +103,42 @@ def validate_advertised_listeners(name: str, value: Any) -> None:
             )
 
 
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+_LOGGER_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+def parse_level_spec(name: str, value: Any) -> tuple[Optional[str], dict[str, str]]:
+    """``"INFO,chronolog.produce=DEBUG,storage=WARNING"`` -> ("INFO", {"chronolog.produce":
+    "DEBUG", "storage": "WARNING"}): a bare level is the root logger's, ``logger=LEVEL``
+    a Python logger's (``root=LEVEL`` is the root too). Levels are case-insensitive;
+    WARN is WARNING. Raises ConfigError naming ``name``."""
+    rule = "must be LEVEL or logger=LEVEL[,logger=LEVEL...] with LEVEL one of " + ", ".join(LOG_LEVELS)
+    root: Optional[str] = None
+    per: dict[str, str] = {}
+    text = "" if value is None else str(value)
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        logger, sep, level = item.rpartition("=")
+        level = level.strip().upper()
+        level = "WARNING" if level == "WARN" else level
+        logger = logger.strip()
+        if level not in LOG_LEVELS or (sep and not _LOGGER_NAME_RE.match(logger)):
+            raise ConfigError(name, value, rule)
+        if not sep or logger == "root":
+            root = level
+        else:
+            per[logger] = level
+    if root is None and not per:
+        raise ConfigError(name, value, rule)
+    return root, per
+
+
+def validate_level_spec(name: str, value: Any) -> None:
+    parse_level_spec(name, value)
+
+
 def validate_non_empty_list(name: str, value: Any) -> None:
     if not [v for v in value if v]:
         raise ConfigError(name, value, "At least one log directory must be defined via log.dirs or log.dir.")
@@ -126,6 +162,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("num.io.threads", T.INT, 8, Range.at_least(1)),
     ConfigKey("fetch.max.bytes", T.INT, 55 * 1024 * 1024, Range.at_least(1024)),
     ConfigKey("metrics.port", T.INT, 9404, Range.between(-1, 65535)),  # chronolog only
+    # lifecycle and logging (chronolog only)
+    ConfigKey("controlled.shutdown.timeout.ms", T.LONG, 8000, Range.between(100, 600000)),
+    ConfigKey("logging.format", T.STRING, "text", ValidString(LOG_FORMATS)),
+    ConfigKey("logging.levels", T.STRING, "INFO", validate_level_spec),
     # topics
     ConfigKey("num.partitions", T.INT, 1, Range.at_least(1)),
     ConfigKey("auto.create.topics.enable", T.BOOLEAN, True, None),
@@ -208,6 +248,10 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "background.threads",
         "replica.lag.time.max.ms",
         "group.coordinator.rebalance.protocols",
+        # controlled shutdown moves partition leadership away first: nothing to move here
+        "controlled.shutdown.enable",
+        "controlled.shutdown.max.retries",
+        "controlled.shutdown.retry.backoff.ms",
     }
 )
 
@@ -538,8 +582,13 @@ def load_broker_config(
     for var, value in env_unknown.items():
         cfg._unknown[var] = (value, "env")
     if warn:
-        for name, (value, source) in cfg._unknown.items():
-            log.warning("The configuration '%s' (%s) was supplied but isn't a known config", name, source)
-        for name, (value, source) in cfg._ignored.items():
-            log.info("The Kafka configuration '%s' (%s) has no effect in Chronolog", name, source)
+        warn_unknown(cfg)
     return cfg
+
+
+def warn_unknown(cfg: BrokerConfig) -> None:
+    """Log the unknown (warning) and ignored (info) properties of a loaded config."""
+    for name, (value, source) in cfg._unknown.items():
+        log.warning("The configuration '%s' (%s) was supplied but isn't a known config", name, source)
+    for name, (value, source) in cfg._ignored.items():
+        log.info("The Kafka configuration '%s' (%s) has no effect in Chronolog", name, source)

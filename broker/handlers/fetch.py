@@ -119,10 +119,21 @@ def _read_all(ctx, version, request):
 def handle(ctx, header, request):
     version = header.api_version
     response, total, had_error = _read_all(ctx, version, request)
-    if request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not request.topics:
+    if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not request.topics
+            or getattr(ctx, "shutting_down", False)):
+        if ctx.metrics is not None:  # bytes out and fetch requests per topic
+            ctx.metrics.fetched(response)
         return response
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    if ctx.metrics is not None:
+        return _counted(ctx.metrics, _long_poll(ctx, version, request, keys))
     return _long_poll(ctx, version, request, keys)
+
+
+async def _counted(metrics, long_poll):
+    response = await long_poll
+    metrics.fetched(response)
+    return response
 
 
 async def _long_poll(ctx, version, request, keys):
@@ -141,7 +152,7 @@ async def _long_poll(ctx, version, request, keys):
             timer.cancel()
             ctx.forget_waiter(keys, fut)
         response, total, had_error = _read_all(ctx, version, request)
-        if total >= request.min_bytes or had_error:
-            return response
+        if total >= request.min_bytes or had_error or getattr(ctx, "shutting_down", False):
+            return response  # (shutting down: answer with what there is, server.stop)
     response, _, _ = _read_all(ctx, version, request)
     return response

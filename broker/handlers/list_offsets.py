@@ -11,6 +11,7 @@ from segment base offsets and file mtimes, like Kafka's legacy path.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 
 from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
@@ -62,12 +63,12 @@ def handle(ctx, header, request):
             if version == 0:
                 parts.append(_resp(index, 0, old_style=_offsets_before(ctx, plog, p.timestamp, p.max_num_offsets)))
                 continue
-            parts.append(_lookup(plog, version, index, p.timestamp, request.isolation_level))
+            parts.append(_lookup(plog, version, index, p.timestamp, request.isolation_level, ctx.metrics))
         topics_out.append(TopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics_out)
 
 
-def _lookup(plog, version, index, ts, isolation_level):
+def _lookup(plog, version, index, ts, isolation_level, metrics=None):
     need = _MIN_VERSION.get(ts)
     if need is not None and version < need:
         return _resp(index, ErrorCode.UNSUPPORTED_VERSION)
@@ -84,10 +85,13 @@ def _lookup(plog, version, index, ts, isolation_level):
         return _resp(index, 0, -1, -1)
     if ts < 0:
         return _resp(index, ErrorCode.INVALID_REQUEST)
+    started = perf_counter() if metrics is not None else 0.0
     try:
         found = plog.offset_for_timestamp(ts)
     except se.StorageError as exc:
         return _resp(index, error_code_for(exc))
+    if metrics is not None:  # time-index lookups: count and latency
+        metrics.time_index_lookup(perf_counter() - started)
     if found is None:
         return _resp(index, 0, -1, -1)
     return _resp(index, 0, found[0], found[1])

@@ -81,12 +81,15 @@ def handle(ctx, header, request):
             )
         return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
 
+    metrics = ctx.metrics
     for t in request.topic_data:
         name = t.name
         parts = []
         for p in t.partition_data:
             parts.append(_append_one(ctx, lm, version, name, p.index, p.records))
         responses.append(TopicResponse(name=name, partition_responses=parts))
+        if metrics is not None:
+            metrics.produce_topic(name, any(r.error_code for r in parts))
     if acks == 0:
         return None
     return ProduceResponse(responses=responses, throttle_time_ms=0)
@@ -118,6 +121,8 @@ def _append_one(ctx, lm, version, topic, partition, records):
         log.debug("duplicate produce to %s-%d answered with the original base offset %d",
                   topic, partition, info.base_offset)
     else:
+        if ctx.metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
+            ctx.metrics.appended(topic, records, info, not plog.config.is_log_append_time, ctx.clock.time_ms())
         ctx.notify_append(topic, partition)
     return PartitionResponse(
         index=partition,

@@ -102,6 +102,9 @@ class Broker:
             "--override",
             f"log.dirs={self.log_dir}",
         ]
+        if "metrics.port" not in self.overrides:
+            # test brokers run side by side: no shared default metrics port (9404)
+            cmd += ["--override", "metrics.port=0"]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -257,6 +260,20 @@ def start_broker(tmp_path: Path, overrides: dict | None = None, name: str = "bro
     b = Broker(workdir, overrides)
     ALL_BROKERS.append(b)
     return b.start()
+
+
+def wait_for_bootstrap(bootstrap: str, timeout: float = 60.0) -> None:
+    """Wait until ``host:port`` accepts TCP connections (an external broker starting)."""
+    host, _, port = bootstrap.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def wait_for_port(port: int, timeout: float = 10.0) -> None:

@@ -415,7 +415,7 @@ def test_internal_topic_refused(broker_factory):
     no other test sees a __consumer_offsets topic."""
     b = broker_factory({"auto.create.topics.enable": "false"})
     create_topic(b.bootstrap, "__consumer_offsets")
-    produce("kp", b.bootstrap, "__consumer_offsets", make_records(3, now_ms()))
+    produce("ck", b.bootstrap, "__consumer_offsets", make_records(3, now_ms()))  # kafka-python refuses internal topics
     assert delete_one(b.port, "__consumer_offsets", 1) == (-1, INVALID_TOPIC_EXCEPTION)
     assert beginning_offset(b.bootstrap, "__consumer_offsets") == 0
 

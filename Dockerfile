@@ -1,0 +1,65 @@
+# Chronolog broker image (see README, "Running in containers").
+#   docker build -t chronolog .                      # the broker (target "broker", the default)
+#   docker build --target tests -t chronolog-tests .  # + test tools and the test suite
+FROM python:3.11-slim AS broker
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /opt/chronolog
+COPY pyproject.toml README.md ./
+COPY protocol ./protocol
+COPY storage ./storage
+COPY config ./config
+COPY broker ./broker
+RUN pip install .
+
+# A fixed non-root uid/gid, owner of the data volume.
+RUN groupadd --system --gid 10001 chronolog \
+ && useradd --system --uid 10001 --gid chronolog --home-dir /data --no-create-home --shell /usr/sbin/nologin chronolog \
+ && mkdir -p /data \
+ && chown chronolog:chronolog /data
+
+# Configuration through CHRONOLOG_<PROPERTY> variables (or --config / --override args):
+# listen on every interface, keep the log in the volume, serve /metrics on 9404.
+# CHRONOLOG_ADVERTISED_LISTENERS is what clients are told to connect to: set it to an
+# address they can reach (docker run -e CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://myhost:9092).
+ENV CHRONOLOG_LISTENERS=PLAINTEXT://0.0.0.0:9092 \
+    CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
+    CHRONOLOG_LOG_DIRS=/data \
+    CHRONOLOG_METRICS_PORT=9404
+
+VOLUME ["/data"]
+EXPOSE 9092 9404
+USER chronolog:chronolog
+
+# One ApiVersions round trip over the Kafka protocol: exit 0 healthy, 1 not.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["chronolog", "healthcheck", "--quiet", "--bootstrap-server", "127.0.0.1:9092", "--timeout", "4"]
+
+# SIGTERM: controlled shutdown, bounded by controlled.shutdown.timeout.ms (default 8 s,
+# under docker stop's default 10 s grace period).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["chronolog"]
+CMD ["serve"]
+
+
+# The integration test runner (docker compose "tests" service): the test extra, kcat and
+# the test suite on top of the broker image. Runs as the same non-root user.
+FROM broker AS tests
+USER root
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends kcat \
+ && rm -rf /var/lib/apt/lists/*
+RUN pip install '.[test]'
+COPY tests ./tests
+RUN chown -R chronolog:chronolog /opt/chronolog
+USER chronolog:chronolog
+ENV HOME=/tmp
+ENTRYPOINT []
+CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", \
+     "tests/integration/test_roundtrip.py", \
+     "tests/integration/test_offsets_for_times.py", \
+     "tests/integration/test_log_append_time.py"]

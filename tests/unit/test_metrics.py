@@ -1,0 +1,194 @@
+"""broker.metrics without a broker process: hooks, the scrape-time collector, the HTTP
+endpoint, and the no-op path (metrics.port=0)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.coordinator.group import GroupCoordinator, OffsetEntry
+from broker.metrics import BrokerMetrics, MetricsServer, record_timestamp_at
+from storage.clock import ManualClock
+from storage.log import AppendInfo
+from tests.unit.test_log_helpers import append, build_batch
+from tests.unit.test_log_manager import manager
+
+NOW = 1_000_000_000
+
+
+def samples(m: BrokerMetrics) -> dict:
+    out = {}
+    for fam in text_string_to_metric_families(m.exposition().decode()):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def val(s, name, default=None, **labels):
+    return s.get((name, frozenset((k, str(v)) for k, v in labels.items())), default)
+
+
+def info(count, max_ts):
+    return AppendInfo(0, count - 1, -1, 0, count, max_ts)
+
+
+def test_append_delay_one_observation_per_batch():
+    m = BrokerMetrics(process_metrics=False)
+    b1 = build_batch([(NOW - 5000, b"a"), (NOW - 4000, b"b")])
+    b2 = build_batch([(NOW - 2000, b"c")])
+    future = build_batch([(NOW + 10, b"d")])
+    records = memoryview(bytearray(b1 + b2 + future))
+    m.appended("t", records, info(4, NOW + 10), True, NOW)
+    s = samples(m)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="t") == 2
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="t") == pytest.approx(4.0 + 2.0)
+    assert val(s, "chronolog_produce_append_delay_negative_total", topic="t") == 1
+    assert val(s, "chronolog_topic_bytes_in_total", topic="t") == len(records)
+    assert val(s, "chronolog_topic_messages_in_total", topic="t") == 4
+
+
+def test_append_delay_legacy_set_and_log_append_time():
+    m = BrokerMetrics(process_metrics=False)
+    legacy = bytearray(70)  # magic byte (offset 16) is 0/1: one observation from the AppendInfo
+    legacy[16] = 1
+    m.appended("old", legacy, info(3, NOW - 1500), True, NOW)
+    m.appended("lat", build_batch([(NOW - 1, b"x")]), info(1, NOW), False, NOW)
+    s = samples(m)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="old") == 1
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="old") == pytest.approx(1.5)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="lat") is None
+    assert val(s, "chronolog_topic_messages_in_total", topic="lat") == 1
+
+
+def test_request_errors_from_response_structure():
+    from protocol.messages import ProduceResponse
+
+    P = ProduceResponse.PartitionProduceResponse
+    resp = ProduceResponse(responses=[
+        ProduceResponse.TopicProduceResponse(name="a", partition_responses=[
+            P(index=0, error_code=0), P(index=1, error_code=3), P(index=2, error_code=3)]),
+        ProduceResponse.TopicProduceResponse(name="b", partition_responses=[P(index=0, error_code=32)]),
+    ], throttle_time_ms=0)
+    m = BrokerMetrics(process_metrics=False)
+    m.request_done(0, resp, 0.002)
+    m.request_done(0, None, 0.001)  # acks=0
+    m.request_failed(1, 0.5)
+    s = samples(m)
+    assert val(s, "chronolog_requests_total", api="Produce") == 2
+    assert val(s, "chronolog_request_errors_total", api="Produce", error="UNKNOWN_TOPIC_OR_PARTITION") == 2
+    assert val(s, "chronolog_request_errors_total", api="Produce", error="INVALID_TIMESTAMP") == 1
+    assert val(s, "chronolog_request_errors_total", api="Fetch", error="UNKNOWN_SERVER_ERROR") == 1
+    assert val(s, "chronolog_request_latency_seconds_count", api="Produce") == 2
+    assert val(s, "chronolog_request_latency_seconds_sum", api="Produce") == pytest.approx(0.003)
+    assert val(s, "chronolog_request_latency_seconds_bucket", api="Fetch", le="0.5") == 1
+
+
+def _state(tmp_path):
+    clock = ManualClock(NOW)
+    lm = manager([tmp_path], clock)
+    lm.create_topic("t", 2)
+    plog = lm.get_log("t", 0)
+    append(plog, [build_batch([(NOW - 9000, b"0"), (NOW - 8000, b"1"), (NOW - 7000, b"2")]),
+                  build_batch([(NOW - 3000, b"3")], compression=1)])
+    coord = GroupCoordinator(clock=clock)
+    m = BrokerMetrics(process_metrics=False)
+    m.attach_state(lm, lambda: coord, clock)
+    return clock, lm, coord, m
+
+
+def _commit(coord, group, tp, offset):
+    from broker.coordinator.group import ClassicGroup
+
+    g = coord.groups.setdefault(group, ClassicGroup(group, NOW))
+    g.offsets[tp] = OffsetEntry(offset, -1, "", NOW)
+
+
+def test_scrape_time_gauges(tmp_path):
+    clock, lm, coord, m = _state(tmp_path)
+    for g, off in (("mid", 1), ("start", 3), ("done", 4), ("none-yet", 0)):
+        _commit(coord, g, ("t", 0), off)
+    _commit(coord, "gone-topic", ("x", 0), 5)
+    s = samples(m)
+    plog = lm.get_log("t", 0)
+    assert val(s, "kafka_topic_partition_current_offset", topic="t", partition=0) == 4
+    assert val(s, "kafka_topic_partition_current_offset", topic="t", partition=1) == 0
+    assert val(s, "kafka_topic_partition_oldest_offset", topic="t", partition=0) == 0
+    assert val(s, "kafka_topic_partitions", topic="t") == 2
+    assert val(s, "chronolog_log_size_bytes", topic="t", partition=0) == plog.size_in_bytes > 0
+    assert val(s, "chronolog_log_segments", topic="t", partition=0) == 1
+    expect = {"mid": (3, 8.0), "start": (1, 3.0), "done": (0, 0.0), "none-yet": (4, 9.0)}
+    for g, (lag, lag_s) in expect.items():
+        assert val(s, "kafka_consumergroup_current_offset", consumergroup=g, topic="t", partition=0) == 4 - lag
+        assert val(s, "kafka_consumergroup_lag", consumergroup=g, topic="t", partition=0) == lag
+        assert val(s, "kafka_consumergroup_lag_seconds", consumergroup=g, topic="t", partition=0) == lag_s
+    # a committed offset of a partition this broker does not host: offset only
+    assert val(s, "kafka_consumergroup_current_offset", consumergroup="gone-topic", topic="x", partition=0) == 5
+    assert val(s, "kafka_consumergroup_lag", consumergroup="gone-topic", topic="x", partition=0) is None
+    # lag in seconds grows with the clock; the cached timestamps stay right
+    clock.advance(2000)
+    s = samples(m)
+    assert val(s, "kafka_consumergroup_lag_seconds", consumergroup="mid", topic="t", partition=0) == 10.0
+    assert set(m.state_collector._ts_cache) == {("t", 0, 1), ("t", 0, 3), ("t", 0, 0)}
+
+
+def test_record_timestamp_at(tmp_path):
+    _clock, lm, _coord, _m = _state(tmp_path)
+    plog = lm.get_log("t", 0)
+    assert [record_timestamp_at(plog, o) for o in range(4)] == [NOW - 9000, NOW - 8000, NOW - 7000, NOW - 3000]
+
+
+def test_metrics_server_serves_metrics_and_404(tmp_path):
+    m = BrokerMetrics(process_metrics=False)
+    m.requests.labels("Produce").inc()
+
+    async def run():
+        srv = MetricsServer(m, "127.0.0.1", 0)
+        assert await srv.start()
+        out = []
+        for path in ("/metrics", "/other"):
+            r, w = await asyncio.open_connection("127.0.0.1", srv.port)
+            w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            out.append(await r.read())
+            w.close()
+        task = asyncio.ensure_future(srv.serve_until_cancelled())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert srv.server is None
+        return out
+
+    ok, missing = asyncio.run(run())
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b'chronolog_requests_total{api="Produce"} 1.0' in ok
+    assert missing.startswith(b"HTTP/1.1 404")
+
+
+def test_port_in_use_is_logged_not_fatal(caplog):
+    import socket
+
+    m = BrokerMetrics(process_metrics=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+
+        async def run():
+            return await MetricsServer(m, "127.0.0.1", port).start()
+
+        assert asyncio.run(run()) is False
+    assert "metrics endpoint not started" in caplog.text
+
+
+def test_dispatcher_without_metrics_is_untouched():
+    """metrics.port=0: the context holds None and the dispatcher copies it."""
+    from broker.context import BrokerContext
+    from broker.dispatcher import Dispatcher
+
+    ctx = BrokerContext(config=SimpleNamespace(socket_request_max_bytes=1 << 20), log_manager=None,
+                        clock=None, node_id=0, host="h", port=1, cluster_id="c")
+    assert ctx.metrics is None
+    assert Dispatcher(ctx).metrics is None
