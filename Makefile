@@ -22,11 +22,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/chronolog serve $(ARGS)
 
-# kcat (Debian's, librdkafka 2.0) is one of the clients the integration tests drive.
+# kcat (Debian's, librdkafka 2.0) is one of the clients the integration tests drive;
+# PySpark (the kafka-compatible source's tests) needs a Java 17+ runtime.
 tools:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	@{ command -v java >/dev/null 2>&1 || ls -d /usr/lib/jvm/*/bin/java >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
