@@ -261,14 +261,22 @@ class LogSegment:
         Stops quietly at a partial batch, a non-v2 magic or an impossible length.
         """
         end = self._size if end_position is None else min(end_position, self._size)
+        for pos, hdr, _buf, _rel in self._walk_batches(start_position, end, _SCAN_CHUNK):
+            yield pos, hdr
+
+    def _walk_batches(self, start: int, end: int, chunk: int) -> Iterator[tuple]:
+        """``(position, header, buf, rel)`` of each whole v2 batch in [start, end), reading
+        the file ``chunk`` bytes at a time; the header is at ``buf[rel:]`` (the batch body
+        is in ``buf`` too when ``rel + size <= len(buf)``).  Stops quietly at a partial
+        batch, a non-v2 magic or an impossible length."""
         fd = self._file.fileno()
-        pos = start_position
+        pos = start
         buf = b""
         buf_start = pos
         while pos + HEADER_SIZE <= end:
             rel = pos - buf_start
             if rel < 0 or rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf = os.pread(fd, min(chunk, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -278,7 +286,7 @@ class LogSegment:
             size = hdr.batch_length + LOG_OVERHEAD
             if pos + size > end:
                 return
-            yield pos, hdr
+            yield pos, hdr, buf, rel
             pos += size
 
     def read_bytes(self, position: int, length: int) -> bytes:
@@ -429,7 +437,6 @@ class LogSegment:
         ``_RECOVERY_CHUNK`` bytes and checks CRCs on slices of them (no copy per batch).
         """
         valid = start
-        end = self._size
         interval = self.index_interval_bytes
         oi, ti = self.offset_index, self.time_index
         fd = self._file.fileno()
@@ -438,28 +445,14 @@ class LogSegment:
         max_ts, max_ts_offset = self._max_ts, self._max_ts_offset
         since = self._bytes_since_last_index_entry
         prev_last = base - 1
-        buf = b""
-        buf_start = pos = start
-        while pos + HEADER_SIZE <= end:
-            rel = pos - buf_start
-            if rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_RECOVERY_CHUNK, end - pos), pos)
-                buf_start, rel = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    break
-            hdr = _parse_header(buf, rel)
-            if hdr is None or hdr.batch_length < _MIN_BATCH_LENGTH:
-                break
+        for pos, hdr, buf, rel in self._walk_batches(start, self._size, _RECOVERY_CHUNK):
             size = hdr.batch_length + LOG_OVERHEAD
-            if pos + size > end:
-                break
             last_offset = hdr.base_offset + hdr.last_offset_delta
             if hdr.base_offset <= prev_last or hdr.last_offset_delta < 0 or last_offset > max_offset:
                 break
             if verify_crc:
-                if rel + size > len(buf):
-                    buf = os.pread(fd, max(size, min(_RECOVERY_CHUNK, end - pos)), pos)
-                    buf_start, rel = pos, 0
+                if rel + size > len(buf):  # a batch larger than what the chunk holds
+                    buf, rel = os.pread(fd, size, pos), 0
                 if not _verify_crc(buf, rel, hdr):
                     break
             prev_last = last_offset
@@ -474,8 +467,7 @@ class LogSegment:
                     ti.maybe_append(max_ts, max_ts_offset)
                 since = 0
             since += size
-            pos += size
-            valid = pos
+            valid = pos + size
         self._max_ts, self._max_ts_offset = max_ts, max_ts_offset
         self._bytes_since_last_index_entry = since
         return valid
