@@ -42,3 +42,9 @@ bench: $(STAMP)
 .PHONY: bench-lifecycle
 bench-lifecycle: $(STAMP)
 	$(PY) bench/lifecycle.py $(ARGS)
+
+# Example pipeline (README "Example pipeline"): per-key latency report over the last N minutes
+#   make pipeline ARGS="--topic events --minutes 15 --output-topic events-latency --parquet out/latency.parquet"
+.PHONY: pipeline
+pipeline: $(STAMP)
+	$(PY) -m pipeline.latency_report $(ARGS)
