@@ -165,6 +165,16 @@ def split_ranges(ranges: list[tuple[str, int, int, int]], min_partitions: int | 
     return out
 
 
+def delay_batch(available: int, min_rows: int, now_ms: int, last_trigger_ms: int,
+                max_trigger_delay_ms: int) -> bool:
+    """Spark's minOffsetsPerTrigger with maxTriggerDelay (KafkaMicroBatchStream.delayBatch):
+    hold the next micro-batch while fewer than ``min_rows`` offsets are available, unless
+    ``max_trigger_delay_ms`` have passed since the last batch was released."""
+    if now_ms - last_trigger_ms >= max_trigger_delay_ms:
+        return False
+    return available < min_rows
+
+
 def rate_limit(start: dict[TP, int], latest: dict[TP, int], max_rows: int | None) -> dict[TP, int]:
     """Spark's maxOffsetsPerTrigger: at most ``max_rows`` offsets over all partitions,
     shared in proportion to each partition's backlog (a share below 1 rounds up)."""

@@ -63,6 +63,7 @@ class SourceOptions:
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000  # maxTriggerDelay (with minOffsetsPerTrigger)
     isolation_level: str = "read_uncommitted"
     timeout_ms: int = 30_000
     fetch_max_bytes: int = 8 * 1024 * 1024
@@ -106,6 +107,22 @@ def _int(opts: dict, name: str, *, minimum: int | None = None) -> int | None:
     if minimum is not None and n < minimum:
         raise KafkaOptionError(f"option {name}: must be >= {minimum}, got {n}")
     return n
+
+
+_TIME_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: dict, name: str, default_ms: int) -> int:
+    """A Spark time string (``15m``, ``30s``, ``500ms``, ``2h``, ``1d``; a bare number is
+    milliseconds, as JavaUtils.timeStringAsMs reads it)."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default_ms
+    text = str(raw).strip().lower()
+    m = re.fullmatch(r"(\d+)\s*(ms|s|m|min|h|d)?", text)
+    if not m:
+        raise KafkaOptionError(f"option {name}: expected a duration like 15m, 30s or 500ms, got {raw!r}")
+    return int(m.group(1)) * _TIME_UNITS_MS[m.group(2) or "ms"]
 
 
 def _json_obj(name: str, text: str) -> dict:
@@ -260,6 +277,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool = False)
         include_headers=_bool(opts, "includeHeaders", False),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", minimum=1),
         min_offsets_per_trigger=_int(opts, "minOffsetsPerTrigger", minimum=1),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
         isolation_level=iso,
         timeout_ms=_int(opts, "kafka.request.timeout.ms", minimum=1) or 30_000,
         fetch_max_bytes=_int(opts, "kafka.fetch.max.bytes", minimum=1024) or 8 * 1024 * 1024,

@@ -234,6 +234,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self._target: dict | None = None
+        self._last_trigger_ms = 0  # when the last micro-batch was released (maxTriggerDelay)
 
     # state on the driver only; nothing here holds a socket between calls
 
@@ -286,8 +287,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             latest = _off.rate_limit(begin, latest, limit.max_rows)
         elif ReadMinRows is not None and isinstance(limit, ReadMinRows) and self._target is None:
-            if sum(max(latest[tp] - begin.get(tp, latest[tp]), 0) for tp in latest) < limit.min_rows:
+            available = sum(max(latest[tp] - begin.get(tp, latest[tp]), 0) for tp in latest)
+            now_ms = int(time.time() * 1000)
+            if _off.delay_batch(available, limit.min_rows, now_ms, self._last_trigger_ms,
+                                self.opts.max_trigger_delay_ms):
                 latest = {tp: begin.get(tp, off) for tp, off in latest.items()}
+            else:
+                self._last_trigger_ms = now_ms
         for tp, off in begin.items():  # vanished partitions keep their offset
             latest.setdefault(tp, off)
         return _off.to_spark_json(latest)

@@ -248,3 +248,19 @@ def test_murmur2_matches_kafka():
     for k, v in cases.items():
         assert murmur2(k) == v, k
     assert 0 <= default_partition(b"abc", 3) < 3
+
+
+def test_max_trigger_delay_option_and_delay_rule():
+    from pyspark_kafka_compatible import offsets as off
+    from pyspark_kafka_compatible.options import KafkaOptionError, parse_source_options
+
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "minOffsetsPerTrigger": "100"}
+    assert parse_source_options(base).max_trigger_delay_ms == 15 * 60 * 1000  # Spark's default
+    for text, ms in (("30s", 30_000), ("500ms", 500), ("2m", 120_000), ("1h", 3_600_000), ("250", 250)):
+        assert parse_source_options({**base, "maxTriggerDelay": text}).max_trigger_delay_ms == ms
+    with pytest.raises(KafkaOptionError, match="maxTriggerDelay"):
+        parse_source_options({**base, "maxTriggerDelay": "soon"})
+    # fewer than min rows: held until the delay since the last released batch has passed
+    assert off.delay_batch(10, 100, now_ms=5_000, last_trigger_ms=0, max_trigger_delay_ms=10_000) is True
+    assert off.delay_batch(10, 100, now_ms=10_000, last_trigger_ms=0, max_trigger_delay_ms=10_000) is False
+    assert off.delay_batch(100, 100, now_ms=1, last_trigger_ms=0, max_trigger_delay_ms=10_000) is False
