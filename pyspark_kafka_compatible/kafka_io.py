@@ -102,7 +102,9 @@ class KafkaIO:
 
     def fetch(self, topic: str, partition: int, leader: int, offset: int, max_bytes: int,
               isolation: int = 0):
-        """One Fetch of one partition: ``(error, high_watermark, log_start, records)``."""
+        """One Fetch of one partition: ``(error, high_watermark, log_start, records,
+        aborted)``; ``aborted`` lists the ``(producer_id, first_offset)`` of aborted
+        transactions in the returned range (read_committed, Fetch v4+), else ``[]``."""
         from protocol.messages import FetchRequest
 
         conn = self._call(self.client.node, leader)
@@ -116,11 +118,13 @@ class KafkaIO:
             forgotten_topics_data=[], rack_id="")
         _, resp = self._call(conn.request, req, v)
         if getattr(resp, "error_code", 0):
-            return resp.error_code, -1, -1, None
+            return resp.error_code, -1, -1, None, []
         for t in resp.responses:
             for p in t.partitions:
                 if p.partition_index == partition:
-                    return p.error_code, p.high_watermark, getattr(p, "log_start_offset", -1), p.records
+                    aborted = [(a.producer_id, a.first_offset) for a in (getattr(p, "aborted_transactions", None) or [])]
+                    return (p.error_code, p.high_watermark, getattr(p, "log_start_offset", -1), p.records,
+                            aborted)
         raise KafkaSourceError(f"kafka-compatible: Fetch response for {topic}-{partition} lacks the partition")
 
     # -- Produce ----------------------------------------------------------------------
@@ -328,6 +332,42 @@ def decode_payloads(payloads: list, metas: list, topic: str, partition: int, lo:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+_ABORT_MARKER = 0  # control record key: version int16, type int16 (0 ABORT, 1 COMMIT)
+
+
+class AbortedTransactionFilter:
+    """read_committed as Kafka's consumer applies it (CompletedFetch): with the Fetch
+    response's aborted transactions sorted by first offset, every batch carrying a
+    producer id first moves the aborted transactions starting at or before its last
+    offset into the set of aborted producers; a control batch holding an ABORT marker
+    ends that producer's aborted transaction; a transactional batch of an aborted producer
+    is skipped.  Control batches are never returned as records."""
+
+    def __init__(self, aborted: list[tuple[int, int]]):
+        self._pending = sorted(aborted, key=lambda a: a[1])
+        self._producers: set[int] = set()
+
+    def skip(self, data, pos: int, h) -> bool:
+        if h.producer_id >= 0:
+            last = h.base_offset + h.last_offset_delta
+            while self._pending and self._pending[0][1] <= last:
+                self._producers.add(self._pending.pop(0)[0])
+            if h.is_control:
+                if h.producer_id in self._producers and _control_type(data, pos, h) == _ABORT_MARKER:
+                    self._producers.discard(h.producer_id)
+                return True
+            if h.is_transactional and h.producer_id in self._producers:
+                return True
+        return h.is_control
+
+
+def _control_type(data, pos: int, h) -> int:
+    for rec in _rec.iter_records(data, pos, h):
+        key = rec.key or b""
+        return int.from_bytes(key[2:4], "big", signed=True) if len(key) >= 4 else -1
+    return -1
+
+
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                include_headers: bool, fail_on_data_loss: bool, timeout_ms: int = 30_000,
                fetch_max_bytes: int = 8 << 20, isolation: int = 0) -> Iterator:
@@ -345,7 +385,9 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         offset = start
         stalls = 0
         while offset < end:
-            err, hw, log_start, buf = kio.fetch(topic, partition, leader, offset, fetch_max_bytes, isolation)
+            err, hw, log_start, buf, aborted = kio.fetch(topic, partition, leader, offset, fetch_max_bytes,
+                                                         isolation)
+            txn_filter = AbortedTransactionFilter(aborted) if isolation else None
             if err == ErrorCode.OFFSET_OUT_OF_RANGE:
                 lo = kio.list_offsets({(topic, partition): -2})[(topic, partition)][1]
                 hi = kio.list_offsets({(topic, partition): -1})[(topic, partition)][1]
@@ -375,7 +417,8 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                     if last < offset:
                         continue
                     progressed = True
-                    if not h.is_control and h.records_count > 0:
+                    skip = txn_filter.skip(data, pos, h) if txn_filter is not None else h.is_control
+                    if not skip and h.records_count > 0:
                         try:
                             payload = _rec._batch_payload(data, pos, h)
                         except _rec.RecordFormatError as exc:

@@ -264,3 +264,32 @@ def test_max_trigger_delay_option_and_delay_rule():
     assert off.delay_batch(10, 100, now_ms=5_000, last_trigger_ms=0, max_trigger_delay_ms=10_000) is True
     assert off.delay_batch(10, 100, now_ms=10_000, last_trigger_ms=0, max_trigger_delay_ms=10_000) is False
     assert off.delay_batch(100, 100, now_ms=1, last_trigger_ms=0, max_trigger_delay_ms=10_000) is False
+
+
+def test_read_committed_skips_aborted_transactions_and_control_batches():
+    """Kafka's consumer rule, on batches as a broker with transactions returns them."""
+    import struct as _st
+
+    from protocol import records as R
+    from pyspark_kafka_compatible.kafka_io import AbortedTransactionFilter
+
+    def txn(base, pid, n=1):
+        return R.build_batch([(1000 + base + i, None, b"v%d" % (base + i)) for i in range(n)],
+                             base_offset=base, producer_id=pid, producer_epoch=0, base_sequence=0,
+                             is_transactional=True)
+
+    def marker(base, pid, kind):  # kind 0 ABORT, 1 COMMIT
+        return R.build_batch([(2000 + base, _st.pack(">hh", 0, kind), _st.pack(">hi", 0, 0))],
+                             base_offset=base, producer_id=pid, producer_epoch=0, is_transactional=True,
+                             is_control=True)
+
+    plain = R.build_batch([(1002, None, b"plain")], base_offset=2)
+    data = b"".join([txn(0, 7, 2), plain, txn(3, 8), marker(4, 7, 0), marker(5, 8, 1), txn(6, 7), txn(7, 9)])
+    f = AbortedTransactionFilter([(9, 7), (7, 0)])  # pid 7 aborted from offset 0, pid 9 from 7
+    kept = [h.base_offset for pos, h in R.iter_batches(data) if not f.skip(data, pos, h)]
+    # 0-1: aborted (pid 7); 2: not transactional; 3: committed (pid 8); 4-5 markers;
+    # 6: pid 7's next transaction (its aborted one ended at the marker); 7: pid 9 aborted
+    assert kept == [2, 3, 6]
+    # without aborted transactions only the control batches go
+    f = AbortedTransactionFilter([])
+    assert [h.base_offset for pos, h in R.iter_batches(data) if not f.skip(data, pos, h)] == [0, 2, 3, 6, 7]
