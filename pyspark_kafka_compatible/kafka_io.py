@@ -26,8 +26,9 @@ from pyspark_kafka_compatible.options import KafkaSourceError
 class KafkaIO:
     """One client (bootstrap + leader connections) with errors as KafkaSourceError."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int = 30_000):
+    def __init__(self, bootstrap: str, timeout_ms: int = 30_000, isolation: int = 0):
         self.bootstrap = bootstrap
+        self.isolation = isolation  # 1: read_committed (ListOffsets latest = last stable offset)
         try:
             self.client = Client(bootstrap, timeout_ms)
         except ToolError as exc:
@@ -96,7 +97,7 @@ class KafkaIO:
             return {}
         if leaders is None:
             leaders = self.leaders(sorted({t for t, _ in req}))
-        return self._call(self.client.list_offsets, req, leaders)
+        return self._call(self.client.list_offsets, req, leaders, self.isolation)
 
     # -- Fetch ------------------------------------------------------------------------
 

@@ -120,7 +120,7 @@ class KafkaRange(InputPartition):
 def _driver_io(opts: SourceOptions):
     from pyspark_kafka_compatible.kafka_io import KafkaIO
 
-    return KafkaIO(opts.bootstrap, opts.timeout_ms)
+    return KafkaIO(opts.bootstrap, opts.timeout_ms, 1 if opts.isolation_level == "read_committed" else 0)
 
 
 def _read(opts: SourceOptions, part: KafkaRange) -> Iterator:

@@ -257,10 +257,11 @@ class Client:
 
     # -- ListOffsets ----------------------------------------------------------------
 
-    def list_offsets(self, requests: dict[tuple[str, int], int], leaders: dict[str, dict[int, int]]
-                     ) -> dict[tuple[str, int], tuple[int, int, int]]:
+    def list_offsets(self, requests: dict[tuple[str, int], int], leaders: dict[str, dict[int, int]],
+                     isolation_level: int = 0) -> dict[tuple[str, int], tuple[int, int, int]]:
         """``{(topic, partition): timestamp spec}`` -> ``{tp: (error, offset, timestamp)}``,
-        each partition asked of its leader."""
+        each partition asked of its leader (``isolation_level`` 1: read_committed, so
+        latest is the last stable offset)."""
         from protocol.messages import ListOffsetsRequest
 
         by_leader: dict[int, dict[str, list]] = {}
@@ -281,7 +282,7 @@ class Client:
                     raise ToolError(f"broker {conn.host}:{conn.port} supports ListOffsets up to v{v}; "
                                     f"--time {need} needs v{v_needed}")
             req = ListOffsetsRequest(
-                replica_id=-1, isolation_level=0,
+                replica_id=-1, isolation_level=isolation_level,
                 topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
             _, resp = conn.request(req, v)
             for t in resp.topics:

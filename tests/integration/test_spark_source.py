@@ -175,6 +175,11 @@ def test_json_offsets(spark, broker, new_topic):
     msg = spark_error(lambda: read(spark, broker.bootstrap, subscribe=t,
                                    startingOffsets=f'{{"{t}":{{"0":3}}}}').count())
     assert f"missing {t}-1" in msg
+    # read_committed: ListOffsets and Fetch with isolation level 1 (no transactions here:
+    # the last stable offset is the high watermark, every record is committed)
+    rc = read(spark, broker.bootstrap, subscribe=t, **{"kafka.isolation.level": "read_committed"})
+    assert sorted((r.partition, r.offset) for r in rc.collect()) == (
+        [(0, i) for i in range(10)] + [(1, i) for i in range(6)])
 
 
 def test_time_window_reads(spark, broker, new_topic):
