@@ -9,6 +9,7 @@ partitions get logs at once and Metadata lists them."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from protocol.errors import ErrorCode
 from protocol.messages import CreatePartitionsResponse
@@ -22,9 +23,7 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 def handle(ctx, header, request):
     lm = ctx.log_manager
-    counts = {}
-    for t in request.topics:
-        counts[t.name] = counts.get(t.name, 0) + 1
+    counts = Counter(t.name for t in request.topics)
     results = []
     for t in request.topics:
         name = t.name

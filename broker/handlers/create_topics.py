@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from protocol.errors import ErrorCode
 from protocol.messages import CreateTopicsResponse
@@ -21,9 +22,7 @@ def _error(name, code, message):
 def handle(ctx, header, request):
     lm = ctx.log_manager
     cfg = ctx.config
-    counts = {}
-    for t in request.topics:
-        counts[t.name] = counts.get(t.name, 0) + 1
+    counts = Counter(t.name for t in request.topics)
     results = []
     for t in request.topics:
         name = t.name
