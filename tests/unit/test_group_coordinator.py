@@ -452,3 +452,41 @@ def test_partition_for_uses_java_hashcode():
     assert fmt.java_string_hash("polygenelubricants") == -2147483648  # Integer.MIN_VALUE
     assert fmt.partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) == 0
     assert fmt.partition_for("hello", 50) == 99162322 % 50
+
+
+def test_rejoin_with_unchanged_metadata_follows_kafka(env):
+    """Kafka's rules for a known member that sends JoinGroup again with the same
+    protocols: in CompletingRebalance anyone (leader too) gets the current generation
+    back; in Stable a follower does, but the leader forces a rebalance (that is how a
+    leader makes the group pick up changes its members' metadata cannot show, such as
+    new partitions). kafka-python 3.0.12 sometimes sends such a leader rejoin by
+    accident (it drops a finished join task when a poll timed out before it completed),
+    and on Apache Kafka that is a rebalance too."""
+    coord, t, _ = env
+    a, fa = full_join(coord, t)
+    t.advance(0)
+    sync(coord, a, 1, {a: b"all"})
+    b, fb = full_join(coord, t, client="d")
+    join(coord, member_id=a)
+    assert fb.result().generation_id == 2
+    g = coord.group("g")
+    assert g.state == COMPLETING_REBALANCE
+    # CompletingRebalance: the leader and the follower both get generation 2 again
+    ra = join(coord, member_id=a).result()
+    assert (ra.error, ra.generation_id, ra.leader, len(ra.members)) == (0, 2, a, 2)
+    rb = join(coord, member_id=b, client="d").result()
+    assert (rb.error, rb.generation_id, rb.members) == (0, 2, [])
+    assert g.state == COMPLETING_REBALANCE
+    sync(coord, b, 2)
+    sync(coord, a, 2, {a: b"p0", b: b"p1"})
+    assert g.state == STABLE
+    # Stable: a follower's rejoin changes nothing
+    rb = join(coord, member_id=b, client="d").result()
+    assert (rb.error, rb.generation_id, rb.leader) == (0, 2, a)
+    assert g.state == STABLE and g.generation_id == 2
+    # Stable: the leader's rejoin starts a rebalance; the follower learns of it by heartbeat
+    fa3 = join(coord, member_id=a)
+    assert not fa3.done() and g.state == PREPARING_REBALANCE
+    assert coord.heartbeat(group_id="g", generation_id=2, member_id=b, group_instance_id=None) == E.REBALANCE_IN_PROGRESS
+    fb3 = join(coord, member_id=b, client="d")
+    assert fa3.result().generation_id == fb3.result().generation_id == 3
