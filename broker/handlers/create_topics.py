@@ -9,6 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreateTopicsResponse
 
 from broker.errors import error_code_for
+from config.describe import BrokerLayers, topic_entries
 
 log = logging.getLogger("chronolog.create_topics")
 
@@ -22,6 +23,10 @@ def _error(name, code, message):
 def handle(ctx, header, request):
     lm = ctx.log_manager
     cfg = ctx.config
+    # the configs echoed for each created topic, with their sources, as DescribeConfigs
+    # reports them (Kafka builds both from the same ConfigHelper entries)
+    per_broker, default = lm.dynamic_broker_configs()
+    layers = BrokerLayers(lm.static_broker_config, default, per_broker)
     counts = Counter(t.name for t in request.topics)
     results = []
     for t in request.topics:
@@ -77,14 +82,12 @@ def handle(ctx, header, request):
                 replication_factor=1,
                 configs=[
                     CreateTopicsResponse.CreatableTopicConfigs(
-                        name=entry[0], value=entry[1], read_only=False, config_source=_SOURCE.get(entry[2], 5), is_sensitive=False
+                        name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                        is_sensitive=e.is_sensitive,
                     )
-                    for entry in info.config.describe(info.overrides)
+                    for e in topic_entries(info.config, info.overrides, layers)
                 ],
             )
         )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
-
-# DescribeConfigsResponse ConfigSource ids
-_SOURCE = {"TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}

@@ -501,6 +501,27 @@ def test_dynamic_cluster_default_broker_config(broker_factory):
     cfg = ck_topic_configs(b.bootstrap, topic)
     assert cfg["segment.bytes"].value == "3145728"
     assert cfg["segment.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    # CreateTopics v5+ echoes every config of the new topic with the same sources as
+    # DescribeConfigs: the per-broker dynamic value, a cluster default, a topic override
+    ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("log.segment.bytes", "DELETE", None)])
+    assert raw_incremental(b.port, 4, "", [("log.retention.bytes", 0, "5000000")], version=0) == (0, None)
+    ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("log.message.timestamp.type", "SET", "LogAppendTime")])
+    from protocol.messages import CreateTopicsRequest as CT
+
+    new = unique_topic("echo")
+    body = CT(topics=[CT.CreatableTopic(name=new, num_partitions=1, replication_factor=1, assignments=[],
+                                        configs=[CT.CreatableTopicConfig(name="retention.ms", value="60000")])],
+              timeout_ms=10_000, validate_only=False)
+    (res,) = raw_request(b.port, 19, 7, body).topics
+    assert res.error_code == 0
+    echoed = {c.name: (c.value, c.config_source) for c in res.configs}
+    described = {n: (e.value, e.source) for n, e in ck_topic_configs(b.bootstrap, new).items()}
+    assert echoed == described
+    assert echoed["segment.bytes"] == ("2097152", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert echoed["retention.bytes"] == ("5000000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert echoed["message.timestamp.type"] == ("LogAppendTime", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert echoed["retention.ms"] == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert echoed["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG.value)
 
 
 # ---------------------------------------------------------------------------------------
