@@ -132,6 +132,10 @@ class _Metric:
             child = self.children[key] = self._new_child()
         return child
 
+    def remove(self, *values) -> None:
+        """Forget one labelled series (absent: nothing to do)."""
+        self.children.pop(tuple(str(v) for v in values), None)
+
     # unlabelled metrics act as their own single child
     def inc(self, amount: float = 1) -> None:
         self.labels().inc(amount)
@@ -325,6 +329,17 @@ class BrokerMetrics:
         req.inc()
         hist.observe(seconds)
         self.request_errors.labels(name, "UNKNOWN_SERVER_ERROR").inc()
+
+    def topic_deleted(self, topic: str) -> None:
+        """Drop every per-topic series of a deleted topic (Kafka's BrokerTopicStats
+        removeMetrics): a topic created again under the same name starts from zero, and
+        scrapes stop reporting a topic that no longer exists."""
+        for metric in (self.bytes_in, self.bytes_out, self.messages_in, self.produce_requests,
+                       self.failed_produce_requests, self.fetch_requests, self.failed_fetch_requests,
+                       self.append_delay, self.append_delay_negative):
+            metric.remove(topic)
+        for cache in (self._topic_children, self._fetch_children, self._delay_children):
+            cache.pop(topic, None)
 
     # ---------------------------------------------------------------- produce
     def _topic(self, topic: str):

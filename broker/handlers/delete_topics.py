@@ -42,6 +42,8 @@ def handle(ctx, header, request):
             continue
         for p in range(info.num_partitions):
             ctx.notify_append(name, p)
+        if ctx.metrics is not None:
+            ctx.metrics.topic_deleted(name)
         log.info("deleted topic %s", name)
         results.append(Result(name=name, topic_id=info.topic_id, error_code=0, error_message=None))
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)

@@ -254,3 +254,33 @@ def test_disabled_with_port_zero(broker_factory):
     t = topic(b, "off")
     helpers.produce_batches(b.bootstrap, t, [(None, [now_ms()])])
     assert len(helpers.consume_ck(b.bootstrap, t, 1)) == 1
+
+
+def test_deleted_topic_series_are_removed(mbroker):
+    """Deleting a topic drops its per-topic series (Kafka removes a deleted topic's
+    BrokerTopicMetrics); the same name created again counts from zero."""
+    from confluent_kafka.admin import AdminClient
+
+    t = topic(mbroker, "deleted", {"message.timestamp.type": "CreateTime"})
+    helpers.produce_batches(mbroker.bootstrap, t, [(None, [now_ms() - 100, now_ms() - 50])] * 2)
+    assert len(helpers.consume_ck(mbroker.bootstrap, t, 4)) == 4
+
+    def series(samples):
+        return sorted(name for (name, labels) in samples if ("topic", t) in labels)
+
+    before = series(scrape(mbroker))
+    for name in ("chronolog_topic_bytes_in_total", "chronolog_topic_messages_in_total",
+                 "chronolog_topic_bytes_out_total", "chronolog_topic_fetch_requests_total",
+                 "chronolog_produce_append_delay_seconds_count", "kafka_topic_partition_current_offset"):
+        assert name in before, (name, before)
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.delete_topics([t], request_timeout=15)[t].result(timeout=20)
+    assert series(scrape(mbroker)) == []
+
+    helpers.create_topic(mbroker.bootstrap, t, {"message.timestamp.type": "CreateTime"}, 1)
+    helpers.produce_batches(mbroker.bootstrap, t, [(None, [now_ms() - 10])])
+    s = scrape(mbroker)
+    assert val(s, "chronolog_topic_messages_in_total", topic=t) == 1
+    assert val(s, "chronolog_topic_produce_requests_total", topic=t) == 1
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic=t) == 1
+    assert val(s, "chronolog_topic_bytes_out_total", topic=t) is None
