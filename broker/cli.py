@@ -11,7 +11,8 @@ Subcommands:
   effective broker configuration, one ``name=value (source)`` line per property.
 * ``chronolog dump-log --files PATH[,PATH...] [--print-data-log] [--deep-iteration]
   [--verify-index-only] [--index-sanity-check] [--max-bytes N]`` prints segment files
-  (.log, .index, .timeindex) as Kafka's kafka-dump-log.sh does (see storage.dump_log).
+  (.log, .index, .timeindex) and producer snapshots (.snapshot) as Kafka's
+  kafka-dump-log.sh does (see storage.dump_log).
 * ``chronolog get-offsets | topics | configs | consumer-groups --bootstrap-server H:P ...``:
   the counterparts of kafka-get-offsets.sh, kafka-topics.sh, kafka-configs.sh and
   kafka-consumer-groups.sh, speaking the Kafka protocol to any broker (see broker.tools;
@@ -248,11 +249,11 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 def _register_dump_log(sub) -> None:
     p = sub.add_parser(
         "dump-log",
-        help="print the contents of .log, .index and .timeindex files",
+        help="print the contents of .log, .index, .timeindex and .snapshot files",
         description="Print segment files as Kafka's kafka-dump-log.sh does; nothing is modified.",
     )
     p.add_argument("--files", required=True, metavar="FILE[,FILE...]",
-                   help="comma separated .log / .index / .timeindex files")
+                   help="comma separated .log / .index / .timeindex / .snapshot files")
     p.add_argument("--print-data-log", action="store_true",
                    help="print record keys and payloads (implies --deep-iteration)")
     p.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")

@@ -58,6 +58,28 @@ creates, resizes or writes anything.  Output per file, in Kafka's words:
     entry's timestamp (``Found out of order timestamp in :<abs path>`` /
     ``  Index timestamp: T, Previously indexed timestamp: P``).
 
+``.snapshot``
+    A producer-state snapshot (:mod:`storage.producer_state`, Kafka's ``ProducerSnapshot``
+    v1), decoded as Kafka's ``ProducerStateManager.readSnapshot`` does: one line per
+    entry, in file order (Chronolog writes one entry per cached batch, oldest first, so
+    a producer can have up to 5 lines; Kafka's own broker writes one)::
+
+        producerId: 1000 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset:
+        OptionalLong.empty lastTimestamp: 1700000000001 firstSequence: 0 lastSequence: 1
+        lastOffset: 1 offsetDelta: 1 timestamp: 1700000000001
+
+    (one line; ``currentTxnFirstOffset`` is ``OptionalLong[<offset>]`` when the entry
+    has one; ``lastTimestamp`` and ``timestamp`` are both the entry's timestamp;
+    ``firstSequence`` is ``lastSequence - offsetDelta``, wrapping like Kafka's
+    ``decrementSequence``; an entry without a batch, ``lastOffset`` < 0, ends after
+    ``lastTimestamp``).  A snapshot that fails Kafka's checks prints nothing but, on
+    stderr, ``<path>: `` and Kafka's message: ``Snapshot is corrupt (CRC is no longer
+    valid). Stored crc: <stored>. Computed crc: <computed>`` or ``Snapshot failed schema
+    validation: <why>`` (unknown version, negative or impossible entry count, file
+    truncated).  Like Kafka, this is not an error for the exit status and the other
+    files are still dumped.  The base offset is not taken from the file name, and
+    the dump options do not apply.
+
 ``--verify-index-only``: index entries are checked but not printed (only the problems).
 ``--index-sanity-check``: only the sanity check Chronolog itself runs on startup
 (:meth:`OffsetIndex.sanity_check` / :meth:`TimeIndex.sanity_check` with ``full=True``
@@ -76,8 +98,13 @@ Kafka, data problems (bad CRCs, torn tails, index mismatches) are reported, not 
 Deliberate differences from Kafka: a missing file or a corrupt batch does not end the
 run with a stack trace (the other files are still dumped); mismatch lists print in
 file order (Kafka prints the offset-index list reversed); the legacy record line has no
-stray ``}`` after the crc; the snapshot, producer-state and transaction-index decoders
-are not offered (Chronolog writes none of those files).
+stray ``}`` after the crc; a corrupt producer snapshot's message is prefixed with its
+path, and where Kafka's says ``Snapshot failed schema validation: null`` (a Java
+buffer underflow: the file is truncated) ours says where the file ends; bytes after the
+last entry of a snapshot whose CRC is valid, which Kafka ignores (Chronolog's own
+reader refuses the file), are reported on stderr; the KRaft snapshot (``.checkpoint``)
+and transaction-index (``.txnindex``) decoders are not offered (Chronolog writes
+neither file).
 """
 
 from __future__ import annotations
@@ -89,10 +116,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple, Optional, TextIO
 
+from crc32c import crc32c
+
 from protocol import records as R
 from protocol.compression import CODEC_NAMES
 from storage.index import CorruptIndexError
 from storage.offset_index import OffsetIndex
+from storage.producer_state import SNAPSHOT_SUFFIX, SNAPSHOT_VERSION, CorruptSnapshotError
 from storage.time_index import TimeIndex
 
 __all__ = [
@@ -102,9 +132,14 @@ __all__ = [
     "dump_log_file",
     "dump_index_file",
     "dump_time_index_file",
+    "dump_producer_snapshot_file",
+    "read_snapshot_entries",
+    "snapshot_entry_line",
+    "SnapshotEntry",
     "LOG_SUFFIX",
     "INDEX_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "SNAPSHOT_SUFFIX",
     "RECORD_INDENT",
 ]
 
@@ -614,6 +649,105 @@ def _check_time_entry(path, err, report, fd, file_size, offset_entries, base, ts
         report._add(report.out_of_order, path, (ts, prev_ts))
 
 
+# --------------------------------------------------------------------------- producer snapshots
+
+_SNAP_VERSION = struct.Struct(">h")
+_SNAP_HEAD = struct.Struct(">hIi")  # version, crc, entry count
+_SNAP_ENTRY = struct.Struct(">qhiqiqiq")
+_SNAP_CRC_FROM = 6  # the CRC covers every byte after the version and the crc itself
+_SCHEMA = "Snapshot failed schema validation: "
+
+
+class SnapshotEntry(NamedTuple):
+    """One entry of a ``ProducerSnapshot`` v1 file, as stored."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int
+
+
+def _int32(v: int) -> int:
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _decrement_sequence(seq: int, dec: int) -> int:
+    """Kafka's DefaultRecordBatch.decrementSequence, with Java's int overflow."""
+    if seq < dec:
+        return _int32(INT32_MAX - (dec - seq) + 1)
+    return _int32(seq - dec)
+
+
+def read_snapshot_entries(data: bytes) -> tuple[list[SnapshotEntry], int]:
+    """The entries of a producer snapshot, in file order, and how many bytes follow the
+    last one.  The checks and messages of Kafka's ``ProducerStateManager.readSnapshot``
+    (schema first, then CRC); unlike :func:`storage.producer_state.read_snapshot` the
+    entries of one producer are not merged.  Raises CorruptSnapshotError."""
+    size = len(data)
+    if size < _SNAP_VERSION.size:
+        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} byte(s), inside the version (int16)")
+    (version,) = _SNAP_VERSION.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"{_SCHEMA}Snapshot contained an unknown file version {version}")
+    if size < _SNAP_HEAD.size:
+        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} bytes, inside the header "
+                                   f"(version, crc, entry count: {_SNAP_HEAD.size} bytes)")
+    _version, crc, count = _SNAP_HEAD.unpack_from(data, 0)
+    remaining = size - _SNAP_HEAD.size
+    if count < 0:
+        raise CorruptSnapshotError(f"{_SCHEMA}non-nullable field producerEntries was serialized as null")
+    if count > remaining:
+        raise CorruptSnapshotError(f"{_SCHEMA}Tried to allocate a collection of size {count}, "
+                                   f"but there are only {remaining} bytes remaining.")
+    end = _SNAP_HEAD.size + count * _SNAP_ENTRY.size
+    if end > size:
+        raise CorruptSnapshotError(
+            f"{_SCHEMA}the file ends after {size} bytes, inside producer entry "
+            f"{remaining // _SNAP_ENTRY.size + 1} of {count} ({_SNAP_ENTRY.size} bytes each: "
+            f"{end} bytes needed)")
+    computed = crc32c(memoryview(data)[_SNAP_CRC_FROM:])
+    if computed != crc:
+        raise CorruptSnapshotError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. "
+                                   f"Computed crc: {computed}")
+    entries = [SnapshotEntry(*_SNAP_ENTRY.unpack_from(data, _SNAP_HEAD.size + i * _SNAP_ENTRY.size))
+               for i in range(count)]
+    return entries, size - end
+
+
+def snapshot_entry_line(e: SnapshotEntry) -> str:
+    """Kafka's line for one snapshot entry (DumpLogSegments.dumpProducerIdSnapshot)."""
+    txn = (f"OptionalLong[{e.current_txn_first_offset}]" if e.current_txn_first_offset >= 0
+           else "OptionalLong.empty")
+    line = (f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+            f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: {txn} "
+            f"lastTimestamp: {e.timestamp}")
+    if e.last_offset >= 0:  # Kafka keeps no batch metadata for an entry without a last offset
+        line += (f" firstSequence: {_decrement_sequence(e.last_sequence, e.offset_delta)} "
+                 f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                 f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}")
+    return line
+
+
+def dump_producer_snapshot_file(path: str, out: TextIO, err: TextIO, options: DumpOptions,
+                                report: DumpReport) -> None:
+    """Print a producer-state snapshot's entries; a corrupt one is reported on stderr
+    (not a failure, as in Kafka).  Raises DumpFileError when it cannot be read."""
+    data = _read_bytes(path)
+    try:
+        entries, trailing = read_snapshot_entries(data)
+    except CorruptSnapshotError as e:
+        err.write(f"{path}: {e}\n")
+        return
+    for e in entries:
+        out.write(snapshot_entry_line(e) + "\n")
+    if trailing:
+        err.write(f"Found {trailing} bytes after the last producer entry of {path} "
+                  f"(Chronolog's broker would not load this snapshot)\n")
+
+
 class _AfterOut:
     """The error stream, flushing the output stream before each write so that a
     terminal (or a 2>&1 pipe) shows the two in the order they were written."""
@@ -634,6 +768,7 @@ _DUMPERS = {
     LOG_SUFFIX: dump_log_file,
     INDEX_SUFFIX: dump_index_file,
     TIME_INDEX_SUFFIX: dump_time_index_file,
+    SNAPSHOT_SUFFIX: dump_producer_snapshot_file,
 }
 
 
