@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, model_validator
 
 from config.properties import (
+    INT_MAX,
     LONG_MAX,
     ConfigError,
     ConfigKey,
@@ -221,6 +222,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.initial.rebalance.delay.ms", T.INT, 3000, None),
     ConfigKey("group.min.session.timeout.ms", T.INT, 6000, None),
     ConfigKey("group.max.session.timeout.ms", T.INT, 1800000, None),
+    ConfigKey("group.max.size", T.INT, INT_MAX, Range.at_least(1),
+              "Most members a consumer group may have; a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED."),
     ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
 )
 _KEYS: dict[str, ConfigKey] = {k.name: k for k in BROKER_KEYS}

@@ -52,6 +52,9 @@ class JoinResult:
     member_id: str = ""
     members: list = field(default_factory=list)  # [(member_id, group_instance_id, metadata)]
     skip_assignment: bool = False
+    # a static leader's rejoin answered without a rebalance: the leader id before its
+    # member id was replaced (what Kafka names as leader to JoinGroup v0-8)
+    previous_leader: str | None = None
 
 
 @dataclass
@@ -231,7 +234,7 @@ class GroupCoordinator:
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1800000, offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  topic_partitions: Callable[[str], int | None] | None = None,
-                 max_metadata_size: int = 4096):
+                 max_metadata_size: int = 4096, group_max_size: int = 2**31 - 1):
         self.clock = clock
         self.scheduler = scheduler or _LoopScheduler()
         self.new_future = future_factory or _loop_future
@@ -242,6 +245,7 @@ class GroupCoordinator:
         self.offsets_retention_ms = offsets_retention_ms
         self.topic_partitions = topic_partitions or (lambda topic: None)
         self.max_metadata_size = max_metadata_size
+        self.group_max_size = group_max_size
         self.groups: dict[str, ClassicGroup] = {}
         self.loaded = True
         # the handlers do not see the connection: Kafka reports "/<client ip>"
@@ -329,6 +333,9 @@ class GroupCoordinator:
             g = ClassicGroup(group_id, now)
             self.groups[group_id] = g
             created = True
+        if not self._accept_joining_member(g, member_id):
+            self._reject_over_capacity(g, member_id)
+            return self._done(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id=""))
         fut = self.new_future()
         args = dict(group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols,
                     session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
@@ -342,6 +349,40 @@ class GroupCoordinator:
             if self.groups.get(group_id) is g:
                 del self.groups[group_id]
         return fut
+
+    def _accept_joining_member(self, g: ClassicGroup, member_id: str) -> bool:
+        """``group.max.size`` (Kafka's acceptJoiningMember, GroupMetadataManager.java;
+        GroupCoordinator.scala before 3.7): an Empty group takes anyone; while preparing a
+        rebalance a member already waiting in JoinGroup is kept and anyone else is taken
+        while fewer than the limit are waiting (the group may be over the limit after the
+        limit was lowered: the last members to rejoin are the ones left out); in
+        CompletingRebalance and Stable a member of the group is kept and a new one (a new
+        dynamic member, a pending member coming back with its id, a static member whose
+        instance id has no member yet, or any join without a member id) is taken while the
+        group is below the limit."""
+        if g.state in (EMPTY, DEAD):
+            return True
+        m = g.members.get(member_id) if member_id else None
+        if g.state == PREPARING_REBALANCE:
+            awaiting = sum(1 for x in g.members.values() if x.awaiting_join)
+            return (m is not None and m.awaiting_join) or awaiting < self.group_max_size
+        return m is not None or len(g.members) < self.group_max_size
+
+    def _reject_over_capacity(self, g: ClassicGroup, member_id: str) -> None:
+        """A refused join takes its member out of the group (as Kafka's group.remove):
+        a known member is dropped, a pending member id forgotten. Nothing else happens
+        (no rebalance: the rebalance in progress completes without it)."""
+        log.info("group %s is at its maximum size (group.max.size=%d): refusing member %s in state %s",
+                 g.group_id, self.group_max_size, member_id or "(new)", g.state)
+        if not member_id:
+            return
+        m = g.members.get(member_id)
+        if m is not None:
+            self._remove_member(g, m)
+        timer = g.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+        g.pending_sync.discard(member_id)
 
     def _new_member(self, member_id, a) -> Member:
         return Member(member_id=member_id, group_instance_id=a["group_instance_id"], client_id=a["client_id"],
@@ -447,6 +488,14 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance_or_complete_join(g, f"member {member.member_id} rejoined")
 
     def _update_static_member_and_rebalance(self, g: ClassicGroup, fut, old_id: str, new_id: str, a) -> None:
+        """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: a static member that
+        joins without a member id takes over its instance's member (new member id, the
+        old one fenced) with the request's protocols and timeouts.  In Stable there is no
+        rebalance unless the protocol the group would select changes (KIP-345): the
+        member gets the current generation and keeps its assignment.  That is what makes
+        a restarted static member come back without a rebalance after a broker restart
+        too: a member loaded from ``__consumer_offsets`` only knows the group's selected
+        protocol, so its full protocol list would not match."""
         old = g.members.pop(old_id)
         # the old incarnation is fenced
         self._complete(old.join_futures, JoinResult(E.FENCED_INSTANCE_ID, member_id=old_id))
@@ -455,33 +504,71 @@ class GroupCoordinator:
             old.heartbeat.cancel()
             old.heartbeat = None
         member = old
-        old_protocols = member.protocols
+        saved = (member.protocols, member.protocol_type, member.session_timeout_ms, member.rebalance_timeout_ms)
         member.member_id = new_id
         g.members[new_id] = member
         g.static_members[member.group_instance_id] = new_id
-        was_leader = g.leader_id == old_id
+        previous_leader = g.leader_id
+        was_leader = previous_leader == old_id
         if was_leader:
             g.leader_id = new_id
+        if old_id in g.pending_sync:
+            g.pending_sync.discard(old_id)
+            g.pending_sync.add(new_id)
+        member.protocols = a["protocols"]
+        member.protocol_type = a["protocol_type"]
         member.session_timeout_ms = a["session_timeout_ms"]
         member.rebalance_timeout_ms = a["rebalance_timeout_ms"]
-        member.client_id = a["client_id"]
-        member.client_host = a["client_host"]
+        # (client id and host stay those of the replaced member, as in Kafka's replaceStaticMember)
+        self._schedule_heartbeat(g, member)
         log.info("static member %s of group %s rejoined: member id %s replaces %s",
                  member.group_instance_id, g.group_id, new_id, old_id)
-        if g.state == STABLE and member.matches(a["protocols"]):
-            # KIP-345: a static member coming back with the same subscription gets the
-            # current assignment without a rebalance (leader: KIP-814 skip assignment)
-            self._schedule_heartbeat(g, member)
-            self._persist_group(g)
-            res = self._join_response(g, member)
-            res.skip_assignment = was_leader
-            fut.set_result(res)
+        if g.state == STABLE:
+            try:
+                selected = g.select_protocol()
+            except CoordinatorError:
+                selected = None
+            if selected is not None and selected == g.protocol_name:
+                log.info("static member %s joins stable group %s without changing its selected protocol %s: "
+                         "no rebalance", member.group_instance_id, g.group_id, g.protocol_name)
+                try:
+                    self._persist_group(g)
+                except Exception as exc:
+                    # as Kafka: the replacement is undone and the member told to retry
+                    log.error("could not store the new member id of static member %s of group %s: %s",
+                              member.group_instance_id, g.group_id, exc)
+                    (member.protocols, member.protocol_type, member.session_timeout_ms,
+                     member.rebalance_timeout_ms) = saved
+                    del g.members[new_id]
+                    member.member_id = old_id
+                    g.members[old_id] = member
+                    g.static_members[member.group_instance_id] = old_id
+                    if was_leader:
+                        g.leader_id = old_id
+                    if new_id in g.pending_sync:
+                        g.pending_sync.discard(new_id)
+                        g.pending_sync.add(old_id)
+                    self._schedule_heartbeat(g, member)
+                    fut.set_result(JoinResult(E.COORDINATOR_NOT_AVAILABLE, generation_id=g.generation_id,
+                                              protocol_type=g.protocol_type, protocol_name=g.protocol_name,
+                                              leader=previous_leader or "", member_id=""))
+                    return
+                res = self._join_response(g, member)
+                res.skip_assignment = was_leader  # KIP-814 (JoinGroup v9+)
+                res.previous_leader = previous_leader
+                fut.set_result(res)
+                return
+            member.join_futures.append(fut)
+            self._maybe_prepare_rebalance_or_complete_join(
+                g, f"static member {member.group_instance_id} rejoined with a change of the selected protocol")
             return
-        member.protocols = a["protocols"] if a["protocols"] else old_protocols
-        member.protocol_type = a["protocol_type"]
         member.join_futures.append(fut)
-        self._schedule_heartbeat(g, member)
-        self._maybe_prepare_rebalance_or_complete_join(g, f"static member {member.group_instance_id} rejoined")
+        if g.state == COMPLETING_REBALANCE:
+            # the leader may already have the old member id: the assignment would miss the new one
+            self._prepare_rebalance(g, f"static member {member.group_instance_id} rejoined during "
+                                       f"{COMPLETING_REBALANCE}")
+            return
+        self._maybe_complete_join(g)
 
     def _maybe_prepare_rebalance_or_complete_join(self, g: ClassicGroup, reason: str) -> None:
         if g.state in (STABLE, COMPLETING_REBALANCE, EMPTY):
@@ -958,9 +1045,19 @@ class GroupCoordinator:
             g.transition(EMPTY, value.current_state_timestamp if value.current_state_timestamp > 0 else self._now())
 
     def start_loaded_timers(self) -> None:
+        """After the replay (Kafka's onLoaded): every loaded member gets a session
+        timeout to come back, and a group with more members than ``group.max.size`` (the
+        limit was lowered since) starts a rebalance, so that its members can commit and
+        rejoin; the members beyond the limit are refused (GROUP_MAX_SIZE_REACHED) when
+        they rejoin, or removed when they do not rejoin in time."""
         for g in self.groups.values():
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
+            if g.state == STABLE and len(g.members) > self.group_max_size:
+                self._prepare_rebalance(
+                    g, f"freshly-loaded group (size {len(g.members)}) is over capacity "
+                       f"group.max.size={self.group_max_size}: rebalancing to give the consumers a "
+                       f"chance to commit offsets")
 
     def shutdown(self) -> None:
         for g in self.groups.values():

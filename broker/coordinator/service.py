@@ -29,6 +29,7 @@ def start_group_coordinator(ctx) -> GroupCoordinator:
         initial_rebalance_delay_ms=int(getattr(cfg, "group_initial_rebalance_delay_ms", 3000)),
         min_session_timeout_ms=int(getattr(cfg, "group_min_session_timeout_ms", 6000)),
         max_session_timeout_ms=int(getattr(cfg, "group_max_session_timeout_ms", 1800000)),
+        group_max_size=int(getattr(cfg, "group_max_size", 2**31 - 1)),
         offsets_retention_ms=int(getattr(cfg, "offsets_retention_minutes", 7 * 24 * 60)) * 60 * 1000,
         topic_partitions=topic_partitions,
     )

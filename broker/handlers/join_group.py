@@ -47,6 +47,12 @@ async def handle(ctx, header, request, client_host: str | None = None):
     )
     res = await fut
     if res.skip_assignment and version < 9:
-        # before KIP-814 a leader that is told nothing would reassign: it gets the members
+        # A static leader that rejoined a Stable group without a rebalance. Before KIP-814
+        # (JoinGroup v9) it cannot be told to skip the assignment, so Kafka
+        # (updateStaticMemberThenRebalanceOrCompleteJoin) names the leader as it was
+        # before the member id changed and sends no members: the client acts as a
+        # follower and SyncGroup gives it its current assignment.
         res.skip_assignment = False
+        res.members = []
+        res.leader = res.previous_leader or ""
     return _response(version, res)

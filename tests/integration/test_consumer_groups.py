@@ -800,3 +800,136 @@ def test_offsets_and_deletions_survive_restart(broker_factory, request, graceful
     assert offsets(a, gone) == []
     listed = [g.group_id for g in a.list_consumer_groups(request_timeout=15).result(timeout=20).valid]
     assert keep in listed and gone not in listed
+
+
+# ------------------------------------------------------------------------------ group.max.size
+
+
+def _ck_generation(member: CK) -> int:
+    """The generation librdkafka's consumer is in: its serialized group metadata is
+    ``CGMDv2:`` + int32 generation id (host byte order) + group id, member id, instance id."""
+    meta = member.c.consumer_group_metadata()
+    assert meta[:7] == b"CGMDv2:", meta
+    return struct.unpack_from("=i", meta, 7)[0]
+
+
+def test_group_max_size_refuses_second_consumer(broker_factory, request):
+    """group.max.size=1: a second consumer of the group gets GROUP_MAX_SIZE_REACHED (81)
+    at every JoinGroup, while the first keeps its assignment without a rebalance; once
+    the first leaves, the second gets in."""
+    from confluent_kafka import Consumer, KafkaError
+
+    b = broker_factory(dict(GROUP_OVERRIDES, **{"group.max.size": "1"}))
+    topic = create_topic(b.bootstrap, unique_topic(request.node.name), None, 2)
+    group = _group()
+    first = CK(b.bootstrap, group, topic, "first")
+    second = None
+    try:
+        assert settle([first], 2) == {"first": [0, 1]}
+        gen = _ck_generation(first)
+        errors = []
+        second = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "client.id": "second",
+                           "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 300,
+                           "auto.offset.reset": "earliest"})
+        second.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(errors) < 2 and time.monotonic() < deadline:  # refused, and again on its retry
+            first.poll()
+            m = second.poll(0.05)
+            if m is not None and m.error() and m.error().code() == KafkaError.GROUP_MAX_SIZE_REACHED:
+                errors.append(m.error())
+        assert len(errors) >= 2, "the second consumer never got GROUP_MAX_SIZE_REACHED"
+        assert errors[0].code() == 81 and not errors[0].fatal()
+        assert second.assignment() == []
+        assert first.assignment() == [0, 1] and _ck_generation(first) == gen
+        assert (first.assigned_events, first.revoked_events) == (1, 0), "the first consumer was rebalanced"
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})  # kept: its futures die with it
+        desc = admin.describe_consumer_groups([group], request_timeout=15)[group].result(timeout=20)
+        assert [m.client_id for m in desc.members] == ["first"]
+        # the first one leaves: the second one's next JoinGroup is accepted
+        first.close()
+        first = None
+        deadline = time.monotonic() + SETTLE_S
+        while not second.assignment() and time.monotonic() < deadline:
+            second.poll(0.1)
+        assert sorted(tp.partition for tp in second.assignment()) == [0, 1]
+    finally:
+        if first is not None:
+            first.close()
+        if second is not None:
+            second.close()
+
+
+def test_group_over_max_size_after_restart_drops_the_excess(broker_factory, request):
+    """Restarted with a lower group.max.size, the broker loads the group with its two
+    members and rebalances it at once (Kafka's onLoaded); the member that rejoins second
+    is refused and removed, the other ends up with every partition."""
+    b = broker_factory(GROUP_OVERRIDES)
+    topic = create_topic(b.bootstrap, unique_topic(request.node.name), None, 2)
+    group = _group()
+    members = [CK(b.bootstrap, group, topic, name) for name in ("m1", "m2")]
+    try:
+        settle(members, 2)
+        b.overrides["group.max.size"] = "1"
+        b.restart()
+        deadline = time.monotonic() + SETTLE_S
+        snap = None
+        while time.monotonic() < deadline:
+            for m in members:
+                m.poll()
+            snap = {m.name: m.assignment() for m in members}
+            if sorted(snap.values()) == [[], [0, 1]]:
+                break
+        assert sorted(snap.values()) == [[], [0, 1]], snap
+        log = b.log_text()
+        assert "over capacity group.max.size=1" in log and "refusing member" in log
+    finally:
+        for m in members:
+            m.close()
+
+
+# ------------------------------------------------------------------------------ static members
+
+
+def test_static_member_restart_after_broker_restart_keeps_generation(broker_factory, request):
+    """KIP-345 across a broker restart: the group is reloaded from __consumer_offsets,
+    then a static member's process restarts (JoinGroup without a member id, the same
+    group.instance.id): it gets its old partitions back in the same generation and the
+    other member goes through no rebalance. (librdkafka offers two protocols, range and
+    roundrobin; the reloaded member only knows the selected one, and a comparison of
+    protocol lists instead of Kafka's selected-protocol rule rebalanced here.)"""
+    b = broker_factory(GROUP_OVERRIDES)
+    parts = 4
+    topic = create_topic(b.bootstrap, unique_topic(request.node.name), None, parts)
+    group = _group()
+
+    def static(name, instance):
+        return CK(b.bootstrap, group, topic, name, **{"group.instance.id": instance, "session.timeout.ms": 10_000})
+
+    other = static("other", "inst-2")
+    s1 = static("static", "inst-1")
+    try:
+        snap = settle([other, s1], parts)
+        gen = _ck_generation(s1)
+        assert _ck_generation(other) == gen
+        events = (other.assigned_events, other.revoked_events)
+        s1.close()  # a static member sends no LeaveGroup
+        b.restart()
+        s1 = static("static", "inst-1")
+        snap2 = settle([other, s1], parts)
+        assert snap2 == snap
+        assert _ck_generation(s1) == gen and _ck_generation(other) == gen
+        assert (other.assigned_events, other.revoked_events) == events, "the other member went through a rebalance"
+        # the leader (the first to join) restarts too: JoinGroup v0-8 names the old leader
+        # id and sends no members, so it does not assign and gets its partitions back
+        events = (s1.assigned_events, s1.revoked_events)
+        other.close()
+        other = static("other", "inst-2")
+        assert settle([other, s1], parts) == snap
+        assert _ck_generation(other) == gen and _ck_generation(s1) == gen
+        assert (s1.assigned_events, s1.revoked_events) == events
+    finally:
+        other.close()
+        s1.close()

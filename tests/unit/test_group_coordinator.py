@@ -490,3 +490,280 @@ def test_rejoin_with_unchanged_metadata_follows_kafka(env):
     assert coord.heartbeat(group_id="g", generation_id=2, member_id=b, group_instance_id=None) == E.REBALANCE_IN_PROGRESS
     fb3 = join(coord, member_id=b, client="d")
     assert fa3.result().generation_id == fb3.result().generation_id == 3
+
+
+# ------------------------------------------------------------------------------ group.max.size
+
+
+def _coord(t, loop, store=None, **kw):
+    return GroupCoordinator(clock=t, scheduler=t, future_factory=loop.create_future, store=store or MemStore(),
+                            initial_rebalance_delay_ms=0, min_session_timeout_ms=100,
+                            max_session_timeout_ms=60_000, topic_partitions={"t": 4}.get, **kw)
+
+
+@pytest.fixture
+def small():
+    """A coordinator with group.max.size=2."""
+    loop = asyncio.new_event_loop()
+    t = ManualTime()
+    store = MemStore()
+    yield _coord(t, loop, store, group_max_size=2), t, store
+    loop.close()
+
+
+def _stable(coord, t, *specs):
+    """Join the given members (kwargs for join(); static ones without the MEMBER_ID_REQUIRED
+    round trip) into a Stable group; returns their member ids, the first is the leader."""
+
+    def first_join(kw):
+        if kw.get("instance") is not None:
+            return None, join(coord, **kw)
+        return full_join(coord, t, **kw)
+
+    _, f = first_join(specs[0])
+    t.advance(0)
+    r = f.result()
+    ids = [r.member_id]
+    sync(coord, ids[0], r.generation_id, {ids[0]: ids[0].encode()}, instance=specs[0].get("instance"))
+    if len(specs) > 1:
+        futs = [first_join(kw)[1] for kw in specs[1:]]
+        # the leader rejoins: the rebalance completes once everyone is in
+        futs.append(join(coord, member_id=ids[0], **specs[0]))
+        t.advance(0)
+        res = [f.result() for f in futs]
+        ids += [x.member_id for x in res[:-1]]
+        gen = res[-1].generation_id
+        assert all(x.error == 0 and x.generation_id == gen for x in res) and res[-1].leader == ids[0]
+        for mid, kw in zip(ids[1:], specs[1:]):
+            sync(coord, mid, gen, instance=kw.get("instance"))
+        sync(coord, ids[0], gen, {mid: mid.encode() for mid in ids}, instance=specs[0].get("instance"))
+    assert coord.group("g").state == STABLE
+    return ids
+
+
+def test_group_max_size_config_key():
+    from config import BrokerConfig
+    from config.properties import ConfigError
+
+    assert BrokerConfig().group_max_size == 2**31 - 1  # Kafka's default, Integer.MAX_VALUE
+    assert BrokerConfig(**{"group.max.size": "3"}).group_max_size == 3
+    with pytest.raises(ConfigError):
+        BrokerConfig(**{"group.max.size": "0"})  # atLeast(1)
+    loop = asyncio.new_event_loop()
+    assert _coord(ManualTime(), loop).group_max_size == 2**31 - 1
+    loop.close()
+
+
+def test_group_max_size_refuses_new_members_of_a_full_stable_group(small):
+    coord, t, _ = small
+    a, b = _stable(coord, t, {}, {"client": "d"})
+    g = coord.group("g")
+    gen = g.generation_id
+    # a new v4+ member: refused before it gets a member id (no pending member is kept)
+    r = join(coord, client="e").result()
+    assert (r.error, r.member_id) == (E.GROUP_MAX_SIZE_REACHED, "")
+    assert not g.pending_members
+    # a v0-v3 member (no MEMBER_ID_REQUIRED round trip) and a new static member too
+    assert join(coord, client="e", v4=False).result().error == E.GROUP_MAX_SIZE_REACHED
+    assert join(coord, instance="new-1").result().error == E.GROUP_MAX_SIZE_REACHED
+    assert "new-1" not in g.static_members
+    # nothing changed for the members: no rebalance
+    assert g.state == STABLE and g.generation_id == gen and set(g.members) == {a, b}
+    assert coord.heartbeat(group_id="g", generation_id=gen, member_id=b, group_instance_id=None) == 0
+    # the members themselves may rejoin (a follower: same generation back)
+    rb = join(coord, member_id=b, client="d").result()
+    assert (rb.error, rb.generation_id) == (0, gen)
+    # once one leaves, a new member fits again
+    coord.leave("g", [(b, None)])
+    f = join(coord, client="e")
+    assert f.result().error == E.MEMBER_ID_REQUIRED
+
+
+def test_group_max_size_pending_members_and_completing_rebalance(small):
+    """Kafka's testDynamicMembersJoinGroupWithMaxSizeAndRequiredKnownMember: an Empty
+    group hands out member ids to anyone; the pending members coming back are taken while
+    fewer than group.max.size are waiting in JoinGroup; the others are refused and
+    forgotten, before and after the join completes."""
+    coord, t, _ = small
+    ids = [join(coord, client=f"c{i}").result().member_id for i in range(3)]
+    g = coord.group("g")
+    assert g.state == EMPTY and len(g.pending_members) == 3
+    f0 = join(coord, member_id=ids[0], client="c0")
+    f1 = join(coord, member_id=ids[1], client="c1")
+    assert g.state == PREPARING_REBALANCE
+    r2 = join(coord, member_id=ids[2], client="c2").result()
+    assert (r2.error, r2.member_id) == (E.GROUP_MAX_SIZE_REACHED, "")
+    assert ids[2] not in g.pending_members and ids[2] not in g.members
+    t.advance(0)
+    assert f0.result().error == f1.result().error == 0 and f0.result().generation_id == 1
+    assert g.state == COMPLETING_REBALANCE and set(g.members) == set(ids[:2])
+    # CompletingRebalance: members are accepted, the refused one still is not
+    assert join(coord, member_id=ids[0], client="c0").result().error == 0
+    assert join(coord, member_id=ids[2], client="c2").result().error == E.GROUP_MAX_SIZE_REACHED
+    assert join(coord, client="c3").result().error == E.GROUP_MAX_SIZE_REACHED
+
+
+def test_group_max_size_last_members_to_rejoin_are_kicked_out(small):
+    """Kafka's testLastJoiningMembersAreKickedOutWhenRejoiningGroupWithMaxSize: in
+    PreparingRebalance the count of members already waiting in JoinGroup decides, so
+    when a group is over the limit the members that rejoin last are refused and removed
+    from the group (without completing the join early: the rebalance timeout does)."""
+    loop = asyncio.new_event_loop()
+    t = ManualTime()
+    big = _coord(t, loop)
+    ids = _stable(big, t, {}, {"client": "d"}, {"client": "e"})
+    g = big.group("g")
+    gen = g.generation_id
+    big.group_max_size = 2  # as if lowered
+    # a follower with new metadata starts a rebalance
+    fb = join(big, member_id=ids[1], client="d", protocols=(("range", b"new"),))
+    assert g.state == PREPARING_REBALANCE
+    fa = join(big, member_id=ids[0])
+    r = join(big, member_id=ids[2], client="e").result()
+    assert (r.error, r.member_id) == (E.GROUP_MAX_SIZE_REACHED, "")
+    assert ids[2] not in g.members and len(g.members) == 2
+    assert not fa.done()  # the join still waits for the rebalance timeout
+    t.advance(2000)
+    assert fa.result().generation_id == fb.result().generation_id == gen + 1
+    assert {m for m, _, _ in fa.result().members} == set(ids[:2])
+    loop.close()
+
+
+def test_group_max_size_static_members(small):
+    """Static members count like any other: a new instance id is refused by a full
+    group, and so is a static member that restarts (JoinGroup without a member id) while
+    the group is full: Kafka's acceptJoiningMember only looks at the member id of the
+    request (GroupMetadataManager.classicGroupJoinToClassicGroup); it gets in once its old
+    member has left or timed out. With its member id it is accepted."""
+    coord, t, _ = small
+    a, b = _stable(coord, t, {"instance": "i1"}, {"instance": "i2", "client": "d"})
+    g = coord.group("g")
+    gen = g.generation_id
+    assert join(coord, instance="i3", client="e").result().error == E.GROUP_MAX_SIZE_REACHED
+    r = join(coord, instance="i2", client="d").result()
+    assert r.error == E.GROUP_MAX_SIZE_REACHED
+    assert g.static_members == {"i1": a, "i2": b} and g.state == STABLE and g.generation_id == gen
+    rb = join(coord, member_id=b, instance="i2", client="d").result()
+    assert (rb.error, rb.member_id, rb.generation_id) == (0, b, gen)
+    # i2 leaves (or its session expires): its restarted process gets in
+    coord.leave("g", [("", "i2")])
+    f = join(coord, instance="i2", client="d")
+    assert not f.done() and g.state == PREPARING_REBALANCE
+
+
+def test_group_over_max_size_after_load_rebalances_and_drops_the_excess(small):
+    """A group loaded with more members than group.max.size (the limit was lowered
+    across a restart) starts a rebalance right after loading (Kafka's onLoaded); the
+    members rejoining beyond the limit get GROUP_MAX_SIZE_REACHED and are removed, the
+    others form the next generation."""
+    coord, t, _ = small
+    members = [fmt.MemberValue(f"m{i}", None, f"c{i}", "/h", 2000, 1000, b"sub", b"asg%d" % i) for i in range(3)]
+    coord.load_group("g", fmt.GroupValue("consumer", 7, "range", "m0", t.now, members))
+    g = coord.group("g")
+    assert g.state == STABLE
+    coord.start_loaded_timers()
+    assert g.state == PREPARING_REBALANCE and len(g.members) == 3 and g.generation_id == 7
+    assert coord.heartbeat(group_id="g", generation_id=7, member_id="m2", group_instance_id=None) == \
+        E.REBALANCE_IN_PROGRESS
+    f1 = join(coord, member_id="m1", client="c1", protocols=(("range", b"sub"),))
+    f0 = join(coord, member_id="m0", client="c0", protocols=(("range", b"sub"),))
+    r2 = join(coord, member_id="m2", client="c2", protocols=(("range", b"sub"),)).result()
+    assert r2.error == E.GROUP_MAX_SIZE_REACHED and "m2" not in g.members
+    t.advance(2000)
+    assert f0.result().generation_id == f1.result().generation_id == 8
+    assert g.state == COMPLETING_REBALANCE and set(g.members) == {"m0", "m1"}
+
+
+def test_group_within_max_size_after_load_stays_stable(small):
+    coord, t, _ = small
+    members = [fmt.MemberValue(f"m{i}", None, f"c{i}", "/h", 2000, 1000, b"sub", b"") for i in range(2)]
+    coord.load_group("g", fmt.GroupValue("consumer", 7, "range", "m0", t.now, members))
+    coord.start_loaded_timers()
+    assert coord.group("g").state == STABLE
+
+
+# ------------------------------------------------------------------------------ static members after a restart
+
+
+TWO = (("range", b"sub"), ("roundrobin", b"sub"))
+
+
+def _restart(coord, t, store, loop):
+    """A new coordinator fed with every record the old one stored (in Kafka's byte formats)."""
+    t2 = ManualTime(t.now)
+    c2 = _coord(t2, loop, MemStore())
+    for gid, v in store.groups:
+        k = fmt.decode_key(fmt.group_key(gid))
+        c2.load_group(k.group, None if v is None else fmt.decode_group_value(fmt.group_value(v)))
+    c2.start_loaded_timers()
+    return c2, t2
+
+
+def test_static_member_restarting_after_a_broker_restart_gets_no_rebalance(env):
+    """KIP-345 across a coordinator restart: the loaded members only know the group's
+    selected protocol (GroupMetadata stores one subscription per member), so a
+    restarted static member sending its full protocol list does not "match" its loaded
+    self. Kafka (updateStaticMemberThenRebalanceOrCompleteJoin) only rebalances a Stable
+    group when the protocol it would select changes: same generation, same assignment."""
+    coord, t, store = env
+    loop = asyncio.new_event_loop()
+    lead, other = _stable(coord, t, {"instance": "i1", "protocols": TWO},
+                          {"instance": "i2", "client": "d", "protocols": TWO})
+    gen = coord.group("g").generation_id
+    c2, t2 = _restart(coord, t, store, loop)
+    g = c2.group("g")
+    assert g.state == STABLE and g.generation_id == gen and g.members[lead].protocols == [("range", b"sub")]
+    # the follower process restarts: no member id
+    r = join(c2, instance="i2", client="d", protocols=TWO).result()
+    assert (r.error, r.generation_id, r.leader, r.members) == (0, gen, lead, [])
+    assert r.member_id != other and g.state == STABLE
+    assert sync(c2, r.member_id, gen, instance="i2").result().assignment == other.encode()
+    assert c2.heartbeat(group_id="g", generation_id=gen, member_id=lead, group_instance_id="i1") == 0
+    # the leader process restarts: no rebalance either (KIP-814: it is told to skip the assignment)
+    r = join(c2, instance="i1", protocols=TWO).result()
+    assert (r.error, r.generation_id, r.leader, r.skip_assignment, r.previous_leader) == (0, gen, r.member_id,
+                                                                                         True, lead)
+    assert g.state == STABLE and g.leader_id == r.member_id
+    assert sync(c2, r.member_id, gen, instance="i1").result().assignment == lead.encode()
+    # the new member ids are stored: a second restart knows them
+    assert {m.member_id for m in c2.store.groups[-1][1].members} == {r.member_id, g.static_members["i2"]}
+    loop.close()
+
+
+def test_static_member_rejoin_rebalances_only_when_the_selected_protocol_changes(env):
+    """Kafka's testStaticMemberRejoinWithUnknownMemberIdAndChangeOfProtocolWhileSelect
+    ProtocolUnchanged / ...WithSelectedProtocolChanged."""
+    coord, t, _ = env
+    lead, other = _stable(coord, t, {"instance": "i1", "protocols": TWO},
+                          {"instance": "i2", "client": "d", "protocols": TWO})
+    g = coord.group("g")
+    gen = g.generation_id
+    # new subscription metadata, same selected protocol: the current generation back
+    r = join(coord, instance="i2", client="d", protocols=(("range", b"other"), ("roundrobin", b"other"))).result()
+    assert (r.error, r.generation_id) == (0, gen) and g.state == STABLE
+    # the protocol the group would select changes: rebalance
+    f = join(coord, instance="i2", client="d", protocols=(("roundrobin", b"sub"),))
+    assert not f.done() and g.state == PREPARING_REBALANCE
+    join(coord, member_id=lead, instance="i1", protocols=TWO)
+    assert f.result().generation_id == gen + 1 and g.protocol_name == "roundrobin"
+
+
+def test_static_leader_rejoin_before_join_group_v9_is_answered_as_a_follower(env):
+    """JoinGroup v0-8 cannot carry SkipAssignment: Kafka names the leader as it was before
+    the member id changed and sends no member list, so the client does not assign."""
+    from types import SimpleNamespace
+
+    from broker.handlers import join_group
+    from protocol.messages import JoinGroupRequest
+
+    coord, t, _ = env
+    lead, other = _stable(coord, t, {"instance": "i1", "protocols": TWO},
+                          {"instance": "i2", "client": "d", "protocols": TWO})
+    req = JoinGroupRequest(group_id="g", session_timeout_ms=1000, rebalance_timeout_ms=2000, member_id="",
+                           group_instance_id="i1", protocol_type="consumer",
+                           protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m) for n, m in TWO])
+    loop = coord.new_future().get_loop()
+    resp = loop.run_until_complete(join_group.handle(SimpleNamespace(group_coordinator=coord),
+                                                     SimpleNamespace(api_version=5, client_id="c"), req))
+    assert resp.error_code == 0 and resp.leader == lead and resp.members == []
+    assert resp.member_id != lead and coord.group("g").leader_id == resp.member_id
