@@ -33,6 +33,7 @@ import struct
 import time
 
 from bisect import bisect_left
+from typing import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -304,6 +305,12 @@ class BrokerMetrics:
         self._fetch_children: dict[str, tuple] = {}
         self._delay_children: dict[str, tuple] = {}
         self.state_collector: BrokerStateCollector | None = None
+        # Per-topic series are created only for topics that exist (checked when a topic's
+        # series are first needed): requests naming unknown or just-deleted topics (a
+        # Fetch long poll woken by the deletion answers for its topic) would otherwise
+        # leave series behind, one per name a client tries. Those requests still count
+        # in chronolog_request_errors_total. Set by attach_state.
+        self.topic_exists: Callable[[str], bool] = lambda topic: True
 
     # ---------------------------------------------------------------- request hooks
     def _api(self, api_key: int):
@@ -358,7 +365,11 @@ class BrokerMetrics:
         return c
 
     def produce_topic(self, topic: str, failed: bool) -> None:
-        c = self._topic(topic)
+        c = self._topic_children.get(topic)
+        if c is None:
+            if not self.topic_exists(topic):
+                return  # see topic_exists
+            c = self._topic(topic)
         c[4].inc()
         if failed:
             c[5].inc()
@@ -406,6 +417,8 @@ class BrokerMetrics:
         for t in response.responses:
             c = self._fetch_children.get(t.topic)
             if c is None:
+                if not self.topic_exists(t.topic):
+                    continue  # see topic_exists
                 c = (self.bytes_out.labels(t.topic), self.fetch_requests.labels(t.topic),
                      self.failed_fetch_requests.labels(t.topic))
                 self._fetch_children[t.topic] = c
@@ -430,6 +443,7 @@ class BrokerMetrics:
 
     def attach_state(self, log_manager, coordinator_getter, clock) -> "BrokerStateCollector":
         self.state_collector = BrokerStateCollector(log_manager, coordinator_getter, clock)
+        self.topic_exists = lambda topic: log_manager.get_topic(topic) is not None
         self.registry.register(self.state_collector)
         return self.state_collector
 

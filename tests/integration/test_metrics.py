@@ -273,8 +273,33 @@ def test_deleted_topic_series_are_removed(mbroker):
                  "chronolog_topic_bytes_out_total", "chronolog_topic_fetch_requests_total",
                  "chronolog_produce_append_delay_seconds_count", "kafka_topic_partition_current_offset"):
         assert name in before, (name, before)
-    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
-    admin.delete_topics([t], request_timeout=15)[t].result(timeout=20)
+    # a Fetch long poll parked at the log end when the topic is deleted: the deletion
+    # wakes it and it answers for the deleted topic, which must not bring series back
+    from protocol import codec
+    from protocol.messages import FetchRequest, RequestHeader
+
+    req = FetchRequest(replica_id=-1, max_wait_ms=10_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                       topics=[FetchRequest.FetchTopic(topic=t, partitions=[FetchRequest.FetchPartition(
+                           partition=0, current_leader_epoch=-1, fetch_offset=4, log_start_offset=-1,
+                           partition_max_bytes=1 << 20)])])
+    with helpers.RawConn(mbroker.port, timeout=30) as conn:
+        conn.send(codec.encode_request(RequestHeader(api_key=1, api_version=11, correlation_id=7,
+                                                     client_id="parked"), req))
+        time.sleep(0.3)  # parked
+        admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+        t0 = time.monotonic()
+        admin.delete_topics([t], request_timeout=15)[t].result(timeout=20)
+        cid, resp = codec.decode_response(1, 11, conn.recv_frame())
+        assert time.monotonic() - t0 < 5, "the deletion did not wake the parked fetch"
+        assert cid == 7 and resp.responses[0].partitions[0].error_code != 0
+    assert series(scrape(mbroker)) == []
+    # nor does a produce to the topic that no longer exists (auto-create is off)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "message.timeout.ms": 1500})
+    p.produce(t, b"x")
+    p.flush(10)
     assert series(scrape(mbroker)) == []
 
     helpers.create_topic(mbroker.bootstrap, t, {"message.timestamp.type": "CreateTime"}, 1)
