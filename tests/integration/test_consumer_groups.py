@@ -173,19 +173,17 @@ class KP:
         self.c.close()
 
 
-def settle(members, partitions: int, timeout: float = SETTLE_S, extra=()) -> dict:
-    """Poll every member until their assignments cover each partition exactly once and
-    every member has one (stable for 1 s). Returns {name: [partitions]}."""
+def _until_stable(pollers, snapshot, ok, timeout: float, failure: str):
+    """Poll ``pollers`` until ``snapshot()`` is ``ok`` and unchanged for 1 s; returns
+    that snapshot, or fails with ``failure`` and the last one."""
     deadline = time.monotonic() + timeout
     stable_since = None
     last = None
     while time.monotonic() < deadline:
-        for m in list(members) + list(extra):
+        for m in pollers:
             m.poll()
-        snap = {m.name: m.assignment() for m in members}
-        flat = sorted(p for ps in snap.values() for p in ps)
-        ok = flat == list(range(partitions)) and all(snap.values())
-        if ok and snap == last:
+        snap = snapshot()
+        if ok(snap) and snap == last:
             if stable_since is None:
                 stable_since = time.monotonic()
             elif time.monotonic() - stable_since >= 1.0:
@@ -193,7 +191,18 @@ def settle(members, partitions: int, timeout: float = SETTLE_S, extra=()) -> dic
         else:
             stable_since = None
         last = snap
-    raise AssertionError(f"assignments never covered partitions 0..{partitions - 1} exactly once: {last}")
+    raise AssertionError(f"{failure}: {last}")
+
+
+def settle(members, partitions: int, timeout: float = SETTLE_S, extra=()) -> dict:
+    """Poll every member until their assignments cover each partition exactly once and
+    every member has one (stable for 1 s). Returns {name: [partitions]}."""
+
+    def ok(snap):
+        return sorted(p for ps in snap.values() for p in ps) == list(range(partitions)) and all(snap.values())
+
+    return _until_stable(list(members) + list(extra), lambda: {m.name: m.assignment() for m in members}, ok,
+                         timeout, f"assignments never covered partitions 0..{partitions - 1} exactly once")
 
 
 def consume_all(members, expected: set, timeout: float = 30.0, gone=()) -> None:
@@ -275,27 +284,19 @@ class Crasher:
 def settle_with_crasher(members, crasher, partitions, timeout=SETTLE_S):
     """Like settle, with a member in another process: the in-process members hold
     distinct partitions and leave exactly ``crasher.count`` (> 0) to it."""
-    deadline = time.monotonic() + timeout
-    last = None
-    stable_since = None
-    while time.monotonic() < deadline:
-        crasher.poll()
-        for m in members:
-            m.poll()
-        snap = {m.name: m.assignment() for m in members}
+
+    def snapshot():
+        return {m.name: m.assignment() for m in members}, crasher.count
+
+    def ok(key):
+        snap, count = key
         flat = [p for ps in snap.values() for p in ps]
-        ok = (len(flat) == len(set(flat)) and all(snap.values()) and crasher.count > 0
-              and len(flat) + crasher.count == partitions)
-        key = (snap, crasher.count)
-        if ok and key == last:
-            if stable_since is None:
-                stable_since = time.monotonic()
-            elif time.monotonic() - stable_since >= 1.0:
-                return snap
-        else:
-            stable_since = None
-        last = key
-    raise AssertionError(f"no stable assignment with the other-process member: {last}")
+        return (len(flat) == len(set(flat)) and all(snap.values()) and count > 0
+                and len(flat) + count == partitions)
+
+    snap, _ = _until_stable([crasher] + list(members), snapshot, ok, timeout,
+                            "no stable assignment with the other-process member")
+    return snap
 
 
 # ------------------------------------------------------------------------------ tests
