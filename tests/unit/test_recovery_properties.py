@@ -384,16 +384,22 @@ def test_damage_in_last_segment_recovers_longest_valid_prefix(work, data):
         check_log(log, expected, targets)
         assert _segment_bases(path) == bases
         assert os.path.getsize(os.path.join(path, f"{last:020d}.log")) == sum(b.size for b in seg_batches[:keep])
-        for seg in log.segments:
-            seg.sanity_check(full=True)
-        append_one_more(log, clock, conf, expected)
-        # a second crash right after recovery + the append changes nothing
-        log.close_handlers()
-        log = _open(path, conf, clock)
-        check_log(log, expected, targets)
+        log = _sane_append_then_crash_again(log, path, conf, clock, expected, targets)
     finally:
         log.close_handlers()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _sane_append_then_crash_again(log, path, conf, clock, expected, targets):
+    """After a recovery: every segment passes the full sanity check, one more append
+    works, and a second crash right after it changes nothing. Returns the reopened log."""
+    for seg in log.segments:
+        seg.sanity_check(full=True)
+    append_one_more(log, clock, conf, expected)
+    log.close_handlers()
+    log = _open(path, conf, clock)
+    check_log(log, expected, targets)
+    return log
 
 
 # --------------------------------------------------------------------------- 2. earlier segment damage
@@ -429,12 +435,7 @@ def test_damage_in_earlier_segment_drops_everything_after_it(work, data):
         log = _open(path, conf, clock)
         assert _segment_bases(path) == expected_bases
         check_log(log, expected, targets)
-        for seg in log.segments:
-            seg.sanity_check(full=True)
-        append_one_more(log, clock, conf, expected)
-        log.close_handlers()
-        log = _open(path, conf, clock)
-        check_log(log, expected, targets)
+        log = _sane_append_then_crash_again(log, path, conf, clock, expected, targets)
     finally:
         log.close_handlers()
         shutil.rmtree(root, ignore_errors=True)
