@@ -229,6 +229,9 @@ class BrokerServer:
         self._stopped.set()
 
 
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 async def serve(config) -> None:
     server = BrokerServer(config)
     loop = asyncio.get_running_loop()
@@ -245,11 +248,40 @@ async def serve(config) -> None:
 
     # Handlers first: a signal that arrives while starting (even right after the
     # "listening" line) stops the broker cleanly once it has started.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except NotImplementedError:  # pragma: no cover
-            pass
+    if _STOP_SIGNALS <= signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        # run() blocked the stop signals before any thread existed, so every thread has
+        # them blocked and no thread ever runs their default action: one thread takes
+        # them with sigwait and hands them to the loop. A SIGTERM arriving after the
+        # loop is gone (the process is exiting) is consumed and dropped, so it cannot
+        # kill the process with a signal status. (Removing loop handlers at the end left
+        # a moment with the default action in place: a repeated SIGTERM landing there
+        # ended a clean shutdown with exit status -15.)
+        queued = threading.Event()  # a signal handed over and not yet seen by the loop
+
+        def deliver(sig: signal.Signals) -> None:
+            queued.clear()
+            on_signal(sig)
+
+        def take_signals() -> None:
+            while True:
+                sig = signal.Signals(signal.sigwait(_STOP_SIGNALS))
+                if queued.is_set():
+                    continue  # a flood of signals queues one callback, not one each
+                queued.set()
+                try:
+                    loop.call_soon_threadsafe(deliver, sig)
+                except RuntimeError:  # the loop is closed: the process is exiting
+                    pass
+
+        threading.Thread(target=take_signals, name="chronolog-signals", daemon=True).start()
+        loop_handlers = False
+    else:  # serve() run without run(): the loop's own handlers
+        loop_handlers = True
+        for sig in _STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except NotImplementedError:  # pragma: no cover
+                pass
     await server.start()
     await stop.wait()
     log.info("shutting down")
@@ -260,14 +292,14 @@ async def serve(config) -> None:
         await server.stop(timeout_ms)
     finally:
         watchdog.cancel()
-        # From here on a late SIGTERM/SIGINT must not kill the exiting process with a
-        # signal status (the loop's handlers go away with the loop).
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)
-            except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover
-                pass
+        if loop_handlers:
+            # a late SIGTERM/SIGINT must not kill the exiting process with a signal status
+            for sig in _STOP_SIGNALS:
+                try:
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_IGN)
+                except (NotImplementedError, ValueError, RuntimeError):  # pragma: no cover
+                    pass
 
 
 def _shutdown_overdue(timeout_ms: int) -> None:
@@ -284,6 +316,8 @@ def _shutdown_overdue(timeout_ms: int) -> None:
 
 
 def run(config) -> int:
+    # Before any thread exists (threads inherit the mask): see serve().
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a hard dependency
