@@ -116,13 +116,18 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple, Optional, TextIO
 
-from crc32c import crc32c
-
 from protocol import records as R
 from protocol.compression import CODEC_NAMES
 from storage.index import CorruptIndexError
 from storage.offset_index import OffsetIndex
-from storage.producer_state import SNAPSHOT_SUFFIX, SNAPSHOT_VERSION, CorruptSnapshotError
+from storage.producer_state import (
+    SNAPSHOT_SUFFIX,
+    CorruptSnapshotError,
+    SnapshotEntry,
+    decrement_sequence,
+    increment_sequence,
+    read_snapshot_entries,
+)
 from storage.time_index import TimeIndex
 
 __all__ = [
@@ -171,13 +176,6 @@ def _b(v: bool) -> str:
 
 def _codec_name(codec: int) -> str:
     return CODEC_NAMES.get(codec, f"unknown({codec})")
-
-
-def _increment_sequence(seq: int, inc: int) -> int:
-    """Kafka's DefaultRecordBatch.incrementSequence (wraps past Int.MaxValue to 0)."""
-    if seq > INT32_MAX - inc:
-        return inc - (INT32_MAX - seq) - 1
-    return seq + inc
 
 
 # --------------------------------------------------------------------------- options / report
@@ -350,7 +348,7 @@ def _records(batch: _Batch) -> list[_Rec]:
     if batch.header is not None:
         h = batch.header
         for r in R.iter_records(batch.data, 0, h):
-            seq = -1 if h.base_sequence < 0 else _increment_sequence(h.base_sequence, r.offset - h.base_offset)
+            seq = -1 if h.base_sequence < 0 else increment_sequence(h.base_sequence, r.offset - h.base_offset)
             meta = f" sequence: {seq} headerKeys: [{','.join(k for k, _v in r.headers)}]"
             if h.is_control:
                 meta += _control_description(r)
@@ -376,7 +374,7 @@ def _control_description(r: R.Record) -> str:
 def _batch_line(b: _Batch, position: int) -> str:
     if b.header is not None:
         h = b.header
-        last_seq = -1 if h.base_sequence < 0 else _increment_sequence(h.base_sequence, h.last_offset_delta)
+        last_seq = -1 if h.base_sequence < 0 else increment_sequence(h.base_sequence, h.last_offset_delta)
         horizon = (f"OptionalLong[{h.base_timestamp}]" if h.attributes & _DELETE_HORIZON_MASK
                    else "OptionalLong.empty")
         head = (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
@@ -651,70 +649,14 @@ def _check_time_entry(path, err, report, fd, file_size, offset_entries, base, ts
 
 # --------------------------------------------------------------------------- producer snapshots
 
-_SNAP_VERSION = struct.Struct(">h")
-_SNAP_HEAD = struct.Struct(">hIi")  # version, crc, entry count
-_SNAP_ENTRY = struct.Struct(">qhiqiqiq")
-_SNAP_CRC_FROM = 6  # the CRC covers every byte after the version and the crc itself
-_SCHEMA = "Snapshot failed schema validation: "
-
-
-class SnapshotEntry(NamedTuple):
-    """One entry of a ``ProducerSnapshot`` v1 file, as stored."""
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-    coordinator_epoch: int
-    current_txn_first_offset: int
-
-
 def _int32(v: int) -> int:
     return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
 def _decrement_sequence(seq: int, dec: int) -> int:
-    """Kafka's DefaultRecordBatch.decrementSequence, with Java's int overflow."""
-    if seq < dec:
-        return _int32(INT32_MAX - (dec - seq) + 1)
-    return _int32(seq - dec)
-
-
-def read_snapshot_entries(data: bytes) -> tuple[list[SnapshotEntry], int]:
-    """The entries of a producer snapshot, in file order, and how many bytes follow the
-    last one.  The checks and messages of Kafka's ``ProducerStateManager.readSnapshot``
-    (schema first, then CRC); unlike :func:`storage.producer_state.read_snapshot` the
-    entries of one producer are not merged.  Raises CorruptSnapshotError."""
-    size = len(data)
-    if size < _SNAP_VERSION.size:
-        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} byte(s), inside the version (int16)")
-    (version,) = _SNAP_VERSION.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"{_SCHEMA}Snapshot contained an unknown file version {version}")
-    if size < _SNAP_HEAD.size:
-        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} bytes, inside the header "
-                                   f"(version, crc, entry count: {_SNAP_HEAD.size} bytes)")
-    _version, crc, count = _SNAP_HEAD.unpack_from(data, 0)
-    remaining = size - _SNAP_HEAD.size
-    if count < 0:
-        raise CorruptSnapshotError(f"{_SCHEMA}non-nullable field producerEntries was serialized as null")
-    if count > remaining:
-        raise CorruptSnapshotError(f"{_SCHEMA}Tried to allocate a collection of size {count}, "
-                                   f"but there are only {remaining} bytes remaining.")
-    end = _SNAP_HEAD.size + count * _SNAP_ENTRY.size
-    if end > size:
-        raise CorruptSnapshotError(
-            f"{_SCHEMA}the file ends after {size} bytes, inside producer entry "
-            f"{remaining // _SNAP_ENTRY.size + 1} of {count} ({_SNAP_ENTRY.size} bytes each: "
-            f"{end} bytes needed)")
-    computed = crc32c(memoryview(data)[_SNAP_CRC_FROM:])
-    if computed != crc:
-        raise CorruptSnapshotError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. "
-                                   f"Computed crc: {computed}")
-    entries = [SnapshotEntry(*_SNAP_ENTRY.unpack_from(data, _SNAP_HEAD.size + i * _SNAP_ENTRY.size))
-               for i in range(count)]
-    return entries, size - end
+    """Kafka's DefaultRecordBatch.decrementSequence, with Java's int overflow (a
+    damaged file may hold any values)."""
+    return _int32(decrement_sequence(seq, dec))
 
 
 def snapshot_entry_line(e: SnapshotEntry) -> str:

@@ -75,7 +75,7 @@ from storage.errors import InvalidProducerEpochError, InvalidTxnStateError, OutO
 __all__ = [
     "NUM_BATCHES_TO_RETAIN", "DEFAULT_PRODUCER_ID_EXPIRATION_MS", "BatchMetadata", "ProducerStateEntry",
     "ProducerBatch", "ProducerStateManager", "CorruptSnapshotError", "read_snapshot", "write_snapshot",
-    "snapshot_file_name", "increment_sequence", "decrement_sequence",
+    "snapshot_file_name", "increment_sequence", "decrement_sequence", "SnapshotEntry", "read_snapshot_entries",
 ]
 
 logger = logging.getLogger(__name__)
@@ -239,31 +239,77 @@ def check_batch(current: ProducerStateEntry, updated: ProducerStateEntry, b: Pro
             f"{first_seq} (incoming seq. number), {last} (current end sequence number)")
 
 
-def read_snapshot(path: str) -> list[ProducerStateEntry]:
-    """Entries of a snapshot file (one per producer; batches of repeated ids merged)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if len(data) < _HEAD.size:
-        raise CorruptSnapshotError(f"{path}: {len(data)} bytes is shorter than the {_HEAD.size}-byte header")
-    version, crc, count = _HEAD.unpack_from(data, 0)
+_SNAP_VERSION = struct.Struct(">h")
+_SCHEMA = "Snapshot failed schema validation: "
+
+
+class SnapshotEntry(NamedTuple):
+    """One entry of a ``ProducerSnapshot`` v1 file, as stored."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int
+
+
+def read_snapshot_entries(data: bytes) -> tuple[list[SnapshotEntry], int]:
+    """The entries of a producer snapshot, in file order, and how many bytes follow the
+    last one.  The checks and messages of Kafka's ``ProducerStateManager.readSnapshot``
+    (schema first, then CRC); unlike :func:`read_snapshot` the entries of one
+    producer are not merged (what ``chronolog dump-log`` prints).  Raises CorruptSnapshotError."""
+    size = len(data)
+    if size < _SNAP_VERSION.size:
+        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} byte(s), inside the version (int16)")
+    (version,) = _SNAP_VERSION.unpack_from(data, 0)
     if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"{path}: unknown snapshot version {version}")
-    if count < 0 or len(data) != _HEAD.size + count * _ENTRY.size:
-        raise CorruptSnapshotError(f"{path}: {len(data)} bytes do not hold {count} entries")
+        raise CorruptSnapshotError(f"{_SCHEMA}Snapshot contained an unknown file version {version}")
+    if size < _HEAD.size:
+        raise CorruptSnapshotError(f"{_SCHEMA}the file ends after {size} bytes, inside the header "
+                                   f"(version, crc, entry count: {_HEAD.size} bytes)")
+    _version, crc, count = _HEAD.unpack_from(data, 0)
+    remaining = size - _HEAD.size
+    if count < 0:
+        raise CorruptSnapshotError(f"{_SCHEMA}non-nullable field producerEntries was serialized as null")
+    if count > remaining:
+        raise CorruptSnapshotError(f"{_SCHEMA}Tried to allocate a collection of size {count}, "
+                                   f"but there are only {remaining} bytes remaining.")
+    end = _HEAD.size + count * _ENTRY.size
+    if end > size:
+        raise CorruptSnapshotError(
+            f"{_SCHEMA}the file ends after {size} bytes, inside producer entry "
+            f"{remaining // _ENTRY.size + 1} of {count} ({_ENTRY.size} bytes each: "
+            f"{end} bytes needed)")
     computed = crc32c(memoryview(data)[_CRC_START:])
     if computed != crc:
-        raise CorruptSnapshotError(f"{path}: snapshot is corrupt: stored crc {crc}, computed crc {computed}")
+        raise CorruptSnapshotError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. "
+                                   f"Computed crc: {computed}")
+    entries = [SnapshotEntry(*_ENTRY.unpack_from(data, _HEAD.size + i * _ENTRY.size))
+               for i in range(count)]
+    return entries, size - end
+
+
+def read_snapshot(path: str) -> list[ProducerStateEntry]:
+    """Entries of a snapshot file (one per producer; batches of repeated ids merged).
+    Kafka's checks (:func:`read_snapshot_entries`), and no bytes after the last entry."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        raw, trailing = read_snapshot_entries(data)
+    except CorruptSnapshotError as exc:
+        raise CorruptSnapshotError(f"{path}: {exc}") from None
+    if trailing:
+        raise CorruptSnapshotError(f"{path}: {trailing} bytes after the last of {len(raw)} entries")
     entries: dict[int, ProducerStateEntry] = {}
-    pos = _HEAD.size
-    for _ in range(count):
-        pid, epoch, last_seq, last_offset, delta, ts, _coord, _txn = _ENTRY.unpack_from(data, pos)
-        pos += _ENTRY.size
-        e = entries.get(pid)
-        if e is None or e.producer_epoch != epoch:
-            e = entries[pid] = ProducerStateEntry(pid, epoch, ts)
-        if last_offset >= 0:
-            e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
-        e.last_timestamp = ts
+    for r in raw:
+        e = entries.get(r.producer_id)
+        if e is None or e.producer_epoch != r.producer_epoch:
+            e = entries[r.producer_id] = ProducerStateEntry(r.producer_id, r.producer_epoch, r.timestamp)
+        if r.last_offset >= 0:
+            e.batches.append(BatchMetadata(r.last_sequence, r.last_offset, r.offset_delta, r.timestamp))
+        e.last_timestamp = r.timestamp
     return list(entries.values())
 
 
