@@ -48,9 +48,10 @@ if str(REPO) not in sys.path:  # storage/, protocol/, config/ of this checkout
     sys.path.insert(0, str(REPO))
 
 try:  # run as a script (bench/ is sys.path[0]) or imported as bench.lifecycle
-    from bench import _machine
+    from bench import _machine, _proc
 except ImportError:
     import _machine
+    import _proc
 
 HOST = "127.0.0.1"
 TOPIC = "lifecycle"
@@ -105,26 +106,9 @@ def spawn(cmd: list[str], **kw) -> subprocess.Popen:
     return proc
 
 
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def finish(proc: subprocess.Popen, grace: float = 30.0) -> int | None:
     """SIGTERM the child's process group, SIGKILL after `grace` s; returns its exit code."""
-    if proc.poll() is None:
-        _killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid, signal.SIGKILL)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-    _killpg(proc.pid, signal.SIGKILL)  # stragglers in the group
+    _proc.stop_group(proc, grace)
     with _LOCK:
         if proc in _CHILDREN:
             _CHILDREN.remove(proc)
@@ -140,7 +124,7 @@ def _watchdog(limit: float) -> threading.Timer:
         with _LOCK:
             procs, dirs = list(_CHILDREN), list(_CLEANUP_DIRS)
         for p in procs:
-            _killpg(p.pid, signal.SIGKILL)
+            _proc.killpg_quiet(p.pid, signal.SIGKILL)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
         os._exit(124)

@@ -42,9 +42,10 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 try:  # run as a script (bench/ is sys.path[0]) or imported as bench.throughput
-    from bench import _machine
+    from bench import _machine, _proc
 except ImportError:
     import _machine
+    import _proc
 
 REPO = Path(__file__).resolve().parent.parent
 KNOWN_BROKERS = ("chronolog", "tansu")
@@ -226,27 +227,9 @@ def start_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerPr
     return bp
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def stop_broker(bp: BrokerProc, grace: float = 10.0) -> None:
     """SIGTERM the broker's process group, SIGKILL it after `grace` seconds, clean up."""
-    pgid = bp.proc.pid
-    if bp.proc.poll() is None:
-        _killpg(pgid, signal.SIGTERM)
-        try:
-            bp.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            _killpg(pgid, signal.SIGKILL)
-            try:
-                bp.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-    _killpg(pgid, signal.SIGKILL)  # stragglers left in the group
+    _proc.stop_group(bp.proc, grace)
     for d in bp.temp_dirs:
         shutil.rmtree(d, ignore_errors=True)
     with _LIVE_LOCK:
@@ -659,7 +642,7 @@ def _watchdog(limit: float) -> threading.Timer:
         with _LIVE_LOCK:
             brokers = list(_LIVE_BROKERS)
         for bp in brokers:
-            _killpg(bp.proc.pid, signal.SIGKILL)
+            _proc.killpg_quiet(bp.proc.pid, signal.SIGKILL)
             for d in bp.temp_dirs:
                 shutil.rmtree(d, ignore_errors=True)
         os._exit(124)
