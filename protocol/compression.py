@@ -13,8 +13,13 @@ Codec ids are Kafka's: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
   reading tolerates either header checksum.
 * zstd: one zstd frame; reading works when the frame lacks a content size.
 
-All decompression is bounded by ``max_size`` (default :data:`DEFAULT_MAX_DECOMPRESSED`)
-so a compression bomb raises :class:`CompressionError` instead of exhausting memory.
+All decompression is bounded by ``max_size`` (default :data:`DEFAULT_MAX_DECOMPRESSED`),
+checked as the output grows, so a compression bomb raises :class:`CompressionError`
+instead of exhausting memory.  :func:`iter_decompress` streams: it yields the output in
+pieces of at most ``chunk_size`` bytes and never holds more than one piece (plus, for
+snappy, one xerial block, whose size the codec bounds to ~32x its compressed size), so
+a caller that consumes the pieces as they come (the record walker) walks a batch of any
+size in bounded memory.  :func:`decompress` joins the pieces.
 Every failure raises :class:`CompressionError` (a ``ValueError``).
 """
 
@@ -36,8 +41,10 @@ __all__ = [
     "CODEC_NAMES",
     "DEFAULT_MAX_DECOMPRESSED",
     "CompressionError",
+    "DecompressedSizeError",
     "compress",
     "decompress",
+    "iter_decompress",
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -59,6 +66,14 @@ _U32LE = struct.Struct("<I")
 
 class CompressionError(ValueError):
     """Bad compressed data, an unknown codec, or output over the size bound."""
+
+
+class DecompressedSizeError(CompressionError):
+    """The output grew past ``max_size`` (``limit``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"decompressed size exceeds {limit} bytes")
+        self.limit = limit
 
 
 # ---------------------------------------------------------------------------- xxh32
@@ -111,31 +126,36 @@ def _gzip_compress(data) -> bytes:
     return co.compress(data) + co.flush()
 
 
-def _bounded_zlib(data, wbits: int, max_size: int) -> bytes:
-    out = []
-    total = 0
+def _iter_zlib(data, wbits: int, chunk: int):
+    """gzip (or zlib) members; concatenated members are read on, other trailing bytes
+    ignored (as Java's GZIPInputStream does).  Input is fed in 64 KiB slices so that
+    ``unconsumed_tail`` stays small."""
     buf = memoryview(data)
+    pos = 0
+    end = len(buf)
     while True:
         d = zlib.decompressobj(wbits)
-        chunk = buf
-        while True:
-            part = d.decompress(chunk, max_size + 1 - total)
-            total += len(part)
-            out.append(part)
-            if total > max_size:
-                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
-            chunk = d.unconsumed_tail
-            if d.eof or not chunk:
+        while not d.eof:
+            if pos >= end:
+                tail = d.flush()
+                if tail:
+                    yield tail
+                if not d.eof:
+                    raise CompressionError("truncated gzip data")
                 break
-        if not d.eof:
-            raise CompressionError("truncated gzip data")
-        rest = d.unused_data
-        # concatenated gzip members (rare, but legal)
-        if rest and rest[:2] == b"\x1f\x8b":
-            buf = memoryview(rest)
+            piece = buf[pos:pos + 65536]
+            pos += len(piece)
+            while piece:
+                part = d.decompress(piece, chunk)
+                if part:
+                    yield part
+                if d.eof:
+                    break
+                piece = d.unconsumed_tail
+        pos -= len(d.unused_data)
+        if end - pos >= 2 and buf[pos] == 0x1F and buf[pos + 1] == 0x8B:
             continue
-        break
-    return b"".join(out)
+        return
 
 
 # ---------------------------------------------------------------------------- snappy
@@ -149,24 +169,23 @@ def _snappy_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_raw_decompress(block, max_size: int) -> bytes:
+def _snappy_raw_decompress(block, max_size: int, already: int = 0) -> bytes:
     try:
         n = cramjam.snappy.decompress_raw_len(block)
     except Exception as e:  # noqa: BLE001 - cramjam raises its own error types
         raise CompressionError(f"invalid snappy block: {e}") from None
-    if n > max_size:
-        raise CompressionError(f"decompressed size exceeds {max_size} bytes")
+    if already + n > max_size:
+        raise DecompressedSizeError(max_size)
     try:
         return bytes(cramjam.snappy.decompress_raw(block))
     except Exception as e:  # noqa: BLE001
         raise CompressionError(f"invalid snappy block: {e}") from None
 
 
-def _snappy_decompress(data, max_size: int) -> bytes:
+def _iter_snappy(data, max_size: int):
     data = memoryview(data)
     if bytes(data[:8]) == XERIAL_MAGIC and len(data) >= 16:
         pos = 16
-        out = []
         total = 0
         end = len(data)
         while pos < end:
@@ -176,12 +195,12 @@ def _snappy_decompress(data, max_size: int) -> bytes:
             pos += 4
             if n < 0 or pos + n > end:
                 raise CompressionError(f"invalid xerial snappy block length {n}")
-            part = _snappy_raw_decompress(data[pos:pos + n], max_size - total)
+            part = _snappy_raw_decompress(data[pos:pos + n], max_size, total)
             total += len(part)
-            out.append(part)
+            yield part
             pos += n
-        return b"".join(out)
-    return _snappy_raw_decompress(data, max_size)
+        return
+    yield _snappy_raw_decompress(data, max_size)
 
 
 # ---------------------------------------------------------------------------- lz4
@@ -203,7 +222,7 @@ def _lz4_compress(data, legacy_checksum: bool = False) -> bytes:
     return out
 
 
-def _lz4_decompress(data, max_size: int) -> bytes:
+def _iter_lz4(data, chunk: int):
     """Decode an LZ4 frame, tolerating Kafka's legacy (magic 0) header checksum."""
     data = bytes(data)
     if len(data) < 7 or data[:4] != _LZ4_MAGIC:
@@ -219,21 +238,16 @@ def _lz4_decompress(data, max_size: int) -> bytes:
             raise CompressionError("lz4 frame header checksum mismatch")
         data = data[:hc_pos] + bytes([good]) + data[hc_pos + 1:]
     d = lz4.frame.LZ4FrameDecompressor()
-    out = []
-    total = 0
-    chunk = data
+    piece = data
     while True:
-        part = d.decompress(chunk, max_length=max_size + 1 - total)
-        total += len(part)
-        if total > max_size:
-            raise CompressionError(f"decompressed size exceeds {max_size} bytes")
-        out.append(part)
+        part = d.decompress(piece, max_length=chunk)
+        if part:
+            yield part
         if d.eof:
-            break
+            return
         if d.needs_input:
             raise CompressionError("truncated lz4 frame")
-        chunk = b""
-    return b"".join(out)
+        piece = b""
 
 
 # ---------------------------------------------------------------------------- zstd
@@ -241,31 +255,58 @@ _ZSTD_C = zstandard.ZstdCompressor(level=3)
 _ZSTD_D = zstandard.ZstdDecompressor()
 
 
-def _zstd_decompress(data, max_size: int) -> bytes:
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _zstd_frame_end(mv, pos: int) -> int:
+    """End of the zstd frame (or skippable frame) at ``pos``, from its block headers; so
+    that a truncated frame or bytes after the last frame are errors, not silently
+    ignored (the streaming reader reports neither)."""
+    end = len(mv)
+    if end - pos < 8:
+        raise CompressionError("truncated zstd frame header")
+    (magic,) = _U32LE.unpack_from(mv, pos)
+    if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+        (n,) = _U32LE.unpack_from(mv, pos + 4)
+        if pos + 8 + n > end:
+            raise CompressionError("truncated zstd skippable frame")
+        return pos + 8 + n
+    if magic != _ZSTD_MAGIC:
+        raise CompressionError(f"invalid zstd frame magic 0x{magic:08x}")
+    fhd = mv[pos + 4]
     try:
-        params = zstandard.get_frame_parameters(data)
-        if params.content_size and params.content_size != zstandard.CONTENTSIZE_UNKNOWN:
-            if params.content_size > max_size:
-                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
-        dobj = _ZSTD_D.decompressobj()
-        out = []
-        total = 0
-        buf = bytes(data)
-        # decompressobj has no output bound, so feed it in slices to stop early on bombs
-        step = 64 * 1024
-        for i in range(0, len(buf), step):
-            part = dobj.decompress(buf[i:i + step])
-            total += len(part)
-            if total > max_size:
-                raise CompressionError(f"decompressed size exceeds {max_size} bytes")
-            out.append(part)
-            if dobj.eof:
-                break
-        if not dobj.eof:
-            raise CompressionError("truncated zstd frame")
-        return b"".join(out)
+        p = pos + zstandard.frame_header_size(bytes(mv[pos:pos + 18]))
     except zstandard.ZstdError as e:
-        raise CompressionError(f"invalid zstd data: {e}") from None
+        raise CompressionError(f"invalid zstd frame header: {e}") from None
+    while True:
+        if p + 3 > end:
+            raise CompressionError("truncated zstd frame: a block header is missing")
+        b = mv[p] | (mv[p + 1] << 8) | (mv[p + 2] << 16)
+        btype = (b >> 1) & 3
+        if btype == 3:
+            raise CompressionError("invalid zstd block type 3")
+        p += 3 + (1 if btype == 1 else b >> 3)
+        if b & 1:
+            break
+    if fhd & 0x04:
+        p += 4  # content checksum
+    if p > end:
+        raise CompressionError("truncated zstd frame")
+    return p
+
+
+def _iter_zstd(data, chunk: int):
+    mv = memoryview(data)
+    pos = 0
+    end = len(mv)
+    if end == 0:
+        raise CompressionError("empty zstd data")
+    while pos < end:
+        frame_end = _zstd_frame_end(mv, pos)
+        (magic,) = _U32LE.unpack_from(mv, pos)
+        if magic == _ZSTD_MAGIC:
+            yield from _ZSTD_D.read_to_iter(mv[pos:frame_end], read_size=65536, write_size=chunk)
+        pos = frame_end
 
 
 # ---------------------------------------------------------------------------- public
@@ -284,27 +325,51 @@ def compress(codec: int, data, *, legacy_lz4_checksum: bool = False) -> bytes:
     raise CompressionError(f"unknown compression codec {codec}")
 
 
+#: size of the pieces :func:`iter_decompress` yields
+CHUNK_SIZE = 256 * 1024
+
+
+def iter_decompress(codec: int, data, *, max_size: int | None = None, chunk_size: int = CHUNK_SIZE):
+    """Yield the decompressed bytes of ``data`` in pieces (at most ``chunk_size`` bytes
+    each, except snappy: one xerial block at a time).
+
+    The output total is checked as it grows: past ``max_size`` (default
+    :data:`DEFAULT_MAX_DECOMPRESSED`) it raises :class:`CompressionError` before the
+    next piece is produced.  Malformed or truncated input raises it too.
+    """
+    if max_size is None:
+        max_size = DEFAULT_MAX_DECOMPRESSED
+    total = 0
+    try:
+        if codec == GZIP:
+            it = _iter_zlib(data, 47, chunk_size)  # 32+15: gzip or zlib header
+        elif codec == SNAPPY:
+            it = _iter_snappy(data, max_size)
+        elif codec == LZ4:
+            it = _iter_lz4(data, chunk_size)
+        elif codec == ZSTD:
+            it = _iter_zstd(data, chunk_size)
+        elif codec == NONE:
+            it = iter((bytes(data),))
+        else:
+            raise CompressionError(f"unknown compression codec {codec}")
+        for part in it:
+            total += len(part)
+            if total > max_size:
+                raise DecompressedSizeError(max_size)
+            yield part
+    except CompressionError:
+        raise
+    except (zlib.error, ValueError, TypeError, struct.error, RuntimeError, zstandard.ZstdError) as e:
+        raise CompressionError(f"invalid {CODEC_NAMES.get(codec, codec)} data: {e}") from None
+
+
 def decompress(codec: int, data, *, max_size: int | None = None) -> bytes:
-    """Decompress ``data`` (bytes-like) with Kafka codec id ``codec``.
+    """Decompress ``data`` (bytes-like) with Kafka codec id ``codec``, whole.
 
     Raises :class:`CompressionError` on malformed input, an unknown codec, or output
     larger than ``max_size`` (default :data:`DEFAULT_MAX_DECOMPRESSED`).
     """
-    if max_size is None:
-        max_size = DEFAULT_MAX_DECOMPRESSED
-    try:
-        if codec == GZIP:
-            return _bounded_zlib(data, 47, max_size)  # 32+15: gzip or zlib header
-        if codec == SNAPPY:
-            return _snappy_decompress(data, max_size)
-        if codec == LZ4:
-            return _lz4_decompress(data, max_size)
-        if codec == ZSTD:
-            return _zstd_decompress(data, max_size)
-        if codec == NONE:
-            return bytes(data)
-    except CompressionError:
-        raise
-    except (zlib.error, ValueError, TypeError, struct.error, RuntimeError) as e:
-        raise CompressionError(f"invalid {CODEC_NAMES.get(codec, codec)} data: {e}") from None
-    raise CompressionError(f"unknown compression codec {codec}")
+    if codec == NONE:
+        return bytes(data)
+    return b"".join(iter_decompress(codec, data, max_size=max_size))

@@ -47,6 +47,7 @@ __all__ = [
     "InvalidRecordError",
     "CorruptRecordError",
     "UnsupportedCompressionTypeError",
+    "DecompressedTooLargeError",
     "BatchHeader",
     "Record",
     "LegacyRecord",
@@ -87,6 +88,10 @@ class InvalidRecordError(RecordFormatError):
 
 class CorruptRecordError(RecordFormatError):
     """CRC mismatch, bad sizes or undecodable bytes (Kafka's CorruptRecordException)."""
+
+
+class DecompressedTooLargeError(CorruptRecordError):
+    """A compressed batch or wrapper decompresses to more than the allowed bytes."""
 
 
 class UnsupportedCompressionTypeError(RecordFormatError):
@@ -329,6 +334,9 @@ def _batch_payload(buf, pos: int, header: BatchHeader, max_size: int | None = No
         raise CorruptRecordError(f"unknown compression codec id {codec} in batch attributes")
     try:
         return _compression.decompress(codec, payload, max_size=max_size)
+    except _compression.DecompressedSizeError as e:
+        raise DecompressedTooLargeError(
+            f"{_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
     except CompressionError as e:
         raise CorruptRecordError(
             f"cannot decompress {_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
@@ -795,6 +803,8 @@ def _deep_entries(entry: LegacyEntry, *, max_decompressed: int | None = None) ->
         raise InvalidRecordError(f"compressed message set with null value (magic {entry.magic})")
     try:
         inner = _compression.decompress(codec, entry.value, max_size=max_decompressed)
+    except _compression.DecompressedSizeError as e:
+        raise DecompressedTooLargeError(f"wrapper at offset {entry.offset}: {e}") from None
     except CompressionError as e:
         raise CorruptRecordError(f"cannot decompress wrapper at offset {entry.offset}: {e}") from None
     out = []

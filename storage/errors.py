@@ -43,7 +43,16 @@ class InvalidTopicError(StorageError):
 
 
 class InvalidRecordError(StorageError):
-    """A record or batch violates the produce validation rules (INVALID_RECORD)."""
+    """A record or batch violates the produce validation rules (INVALID_RECORD).
+
+    ``record_errors``, when the rule is per record (a compacted topic's record without a
+    key), lists ``(batch_index, message)`` pairs as InvalidTimestampError does.
+    """
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.record_errors: list[tuple[int, str]] = list(record_errors or [])
 
 
 class CorruptRecordError(StorageError):

@@ -7,34 +7,57 @@ leader append from a client (see SPEC section 2):
    v2 ``baseOffset == 0``, ``size <= max.message.bytes``, CRC;
 2. per-batch checks: ``lastOffsetDelta >= 0``, ``recordsCount > 0`` and
    ``recordsCount == lastOffsetDelta + 1``; no control batches from clients; a batch
-   with a producer id must have a base sequence;
-3. timestamps: LogAppendTime topics reject client batches that already carry the
-   LogAppendTime bit; CreateTime topics check every record against the
+   with a producer id must have a base sequence; a known codec;
+3. the record walk, on every batch of every topic (``protocol.record_walk``): the
+   records fill the batch exactly and their count is the header's; lengths, varints,
+   keys, values and headers stay inside their record.  Compressed batches are walked on
+   their decompressed records, streamed in pieces (``compression.iter_decompress``), so
+   a batch is never held decompressed; its decompressed records may not exceed
+   ``max_records_bytes`` (MESSAGE_TOO_LARGE);
+4. what the walk reports: on CreateTime topics every record's timestamp against the
    ``[now - before_max, now + after_max]`` window (boundary accepted, -1 unchecked) and
-   correct ``maxTimestamp`` to the true maximum.
-4. offsets are assigned from ``next_offset``; LogAppendTime batches get the type bit and
+   the header's ``maxTimestamp`` corrected to the records' true maximum; on compacted
+   topics a record without a key is refused (INVALID_RECORD with per-record errors, as
+   Kafka's ``validateKey``); offset deltas that do not run 0..count-1 make the batch be
+   rebuilt with consecutive offsets (Kafka's not-in-place path), or refused when its
+   records are too large to rebuild in memory (more than ``max.message.bytes``);
+5. offsets are assigned from ``next_offset``; LogAppendTime batches get the type bit and
    ``maxTimestamp = max(now, last_append_time)``; CRCs are recomputed where the header
-   changed.  Batches are never recompressed.
+   changed.  Batches are never recompressed (only a rebuilt one is).
 
-Deliberate difference from Kafka (the "cost rule"): on a CreateTime topic whose window
-is unbounded on both sides (``2**63 - 1``), and on LogAppendTime topics, the records
-are *not* decoded: the header's ``maxTimestamp`` is trusted.  Kafka decompresses and
-reads every record of every batch.
+Steps 1-4 depend only on the bytes and the clock: :func:`analyze_records` does them and
+returns an :class:`Analysis`.  With a ``budget`` (decompressed bytes) it stops walking
+compressed batches after that much output and reports ``pending``; the caller finishes
+with :meth:`Analysis.complete` off the event loop (the broker runs it in a worker
+thread, so a compression bomb never stalls other connections).  Step 5,
+:meth:`Analysis.assign`, is cheap and runs where the log is appended.
+:func:`validate_records` does both at once.
 
-Legacy magic 0/1 message sets are up-converted to one v2 batch (keeping the codec).
+Legacy magic 0/1 message sets are up-converted to one v2 batch (keeping the codec);
+their wrappers are decompressed whole, at most ``LEGACY_MAX_FACTOR`` x
+``max.message.bytes`` (their messages are materialised for the conversion).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from protocol import compression as C
 from protocol import records as R
+from protocol.record_walk import WALK_ERRORS, RecordWalker
 from storage import errors as E
 
-__all__ = ["BatchInfo", "ValidatedAppend", "validate_records"]
+__all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
+           "DEFAULT_MAX_RECORDS_BYTES"]
 
 INT64_MAX = (1 << 63) - 1
 _MASK64 = (1 << 64) - 1
+
+#: default bound on one batch's decompressed records: Kafka's socket.request.max.bytes
+#: default (the broker passes its own value), the most a client could send uncompressed.
+DEFAULT_MAX_RECORDS_BYTES = 104857600
+#: a legacy (magic 0/1) wrapper may decompress to at most this many times max.message.bytes
+LEGACY_MAX_FACTOR = 16
 
 
 class BatchInfo(NamedTuple):
@@ -73,6 +96,8 @@ def _ts_out_of_range(ts: int, now: int, before: int, after: int) -> bool:
 
 
 def _translate(e: R.RecordFormatError) -> E.StorageError:
+    if isinstance(e, R.DecompressedTooLargeError):
+        return E.MessageTooLargeError(str(e))
     if isinstance(e, R.CorruptRecordError):
         return E.CorruptRecordError(str(e))
     if isinstance(e, R.UnsupportedCompressionTypeError):
@@ -83,7 +108,8 @@ def _translate(e: R.RecordFormatError) -> E.StorageError:
 def validate_records(records, *, config, next_offset: int, now_ms: int,
                      last_append_time_ms: int = -1, magic_hint: int | None = None,
                      partition_leader_epoch: int | None = None,
-                     in_place: bool = False) -> ValidatedAppend:
+                     in_place: bool = False,
+                     max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES) -> ValidatedAppend:
     """Validate one partition's produce data and return it ready to append.
 
     ``records``: bytes-like (bytes, bytearray, memoryview) holding v2 batches or a
@@ -92,12 +118,24 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
     v2 batches are patched where they are (no copy: the broker's receive buffer) and
     ``buffer`` is a memoryview of them.  ``config`` needs ``message_timestamp_type``,
     ``message_timestamp_before_max_ms``, ``message_timestamp_after_max_ms`` and
-    ``max_message_bytes`` (``segment_bytes`` is used when present).
+    ``max_message_bytes`` (``segment_bytes`` and ``compact`` are used when present).
     ``magic_hint`` is accepted for the broker's convenience; the magic is read from the
     bytes.  ``partition_leader_epoch``, when given, is stamped into v2 batches.
 
     Raises the ``storage.errors`` exceptions listed in SPEC section 2.
     """
+    analysis = analyze_records(records, config=config, now_ms=now_ms, in_place=in_place,
+                               max_records_bytes=max_records_bytes)
+    return analysis.assign(next_offset, last_append_time_ms, partition_leader_epoch)
+
+
+def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
+                    max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES,
+                    budget: int | None = None) -> "Analysis":
+    """Steps 1-4 of the module docstring.  With ``budget`` (bytes of decompressed
+    output), walks of compressed batches stop after that much and the result is
+    ``pending``: call :meth:`Analysis.complete` (in a worker thread) before
+    :meth:`Analysis.assign`.  Raises the ``storage.errors`` exceptions."""
     if records is None:
         raise E.InvalidRecordError("records is null: a produce request must carry a record batch")
     n = len(records)
@@ -109,13 +147,29 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
     magic = R.magic_of(mv, 0)
     try:
         if magic == 2:
-            return _validate_v2(mv, config, next_offset, now_ms, last_append_time_ms,
-                                partition_leader_epoch, in_place and not mv.readonly)
+            analysis = _V2Analysis(mv, config, now_ms, in_place and not mv.readonly, max_records_bytes)
+            analysis.run(budget)
+            return analysis
         if magic in (0, 1):
-            return _validate_legacy(mv, config, next_offset, now_ms, last_append_time_ms)
+            return _LegacyAnalysis(mv, config, now_ms, max_records_bytes)
     except R.RecordFormatError as e:
         raise _translate(e) from None
     raise E.CorruptRecordError(f"invalid magic {magic} in the first batch")
+
+
+class Analysis:
+    """The outcome of :func:`analyze_records` (see the module docstring)."""
+
+    pending = False
+    #: decompressed bytes walked so far (compressed batches)
+    decompressed_bytes = 0
+
+    def complete(self) -> None:
+        """Finish what a budget left pending.  Raises the storage errors."""
+
+    def assign(self, next_offset: int, last_append_time_ms: int = -1,
+               partition_leader_epoch: int | None = None) -> ValidatedAppend:
+        raise NotImplementedError
 
 
 # ----------------------------------------------------------------------------- v2
@@ -197,107 +251,266 @@ def _range_msg(ts: int, offset_delta: int, now: int, before: int, after: int) ->
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
-def _validate_v2(mv, config, next_offset, now, last_append_time, leader_epoch,
-                 in_place=False) -> ValidatedAppend:
-    batches = _shallow_v2(mv, config.max_message_bytes)
-    lat_topic = config.message_timestamp_type == "LogAppendTime"
-    before = config.message_timestamp_before_max_ms
-    after = config.message_timestamp_after_max_ms
-    unbounded = before >= INT64_MAX and after >= INT64_MAX
+def _walk_error(pos: int, e: Exception) -> E.StorageError:
+    return E.InvalidRecordError(f"batch at position {pos}: {e}")
 
-    # per-batch validation and timestamp computation (nothing patched yet)
-    fixes: list[int | None] = []   # corrected CreateTime maxTimestamp, None = unchanged
-    maxes: list[int] = []
-    for pos, h in batches:
-        _check_batch(h)
-        lat_bit = bool(h.attributes & R.TIMESTAMP_TYPE_MASK)
-        if lat_topic:
-            if lat_bit:
-                raise E.InvalidTimestampError(
-                    "one or more records have been rejected due to invalid timestamp",
-                    _lat_bit_errors(h.records_count))
-            fixes.append(None)
-            maxes.append(-1)
-            continue
-        if unbounded:
-            true_max = h.max_timestamp
-            if lat_bit and true_max == R.NO_TIMESTAMP:
-                raise E.InvalidTimestampError(
-                    "one or more records have been rejected due to invalid timestamp",
-                    _lat_bit_errors(h.records_count))
-            if lat_bit and _ts_out_of_range(true_max, now, before, after):
-                raise E.InvalidTimestampError(
-                    "one or more records have been rejected due to invalid timestamp",
-                    [(i, _range_msg(true_max, i, now, before, after)) for i in range(h.records_count)])
-        else:
+
+def _decompress_error(pos: int, codec: int, e: C.CompressionError) -> E.StorageError:
+    if isinstance(e, C.DecompressedSizeError):
+        return E.MessageTooLargeError(
+            f"the {C.CODEC_NAMES[codec]} batch at position {pos} decompresses to more than "
+            f"{e.limit} bytes of records")
+    return E.CorruptRecordError(f"cannot decompress the {C.CODEC_NAMES[codec]} batch at position {pos}: {e}")
+
+
+class _BatchWalk:
+    """One batch's record walk; for a compressed batch, resumable between pieces."""
+
+    __slots__ = ("pos", "h", "walker", "pieces", "result")
+
+    def __init__(self, mv, pos: int, h: R.BatchHeader, walker, max_records_bytes: int) -> None:
+        self.pos = pos
+        self.h = h
+        self.walker = walker
+        self.result = None
+        payload = mv[pos + R.HEADER_SIZE:pos + h.size]
+        codec = h.compression
+        if codec == 0:
+            self.pieces = None
             try:
-                stamps = R.record_timestamps(mv, pos, h)
-            except R.RecordFormatError as e:
-                raise _translate(e) from None
-            errs = []
-            true_max = max(stamps) if stamps else R.NO_TIMESTAMP
-            lo = min(stamps) if stamps else R.NO_TIMESTAMP
-            if (lo == R.NO_TIMESTAMP and lat_bit) or (
-                    true_max != R.NO_TIMESTAMP and (
-                        _ts_out_of_range(true_max, now, before, after)
-                        or (lo != R.NO_TIMESTAMP and _ts_out_of_range(lo, now, before, after))
-                        or lo < R.NO_TIMESTAMP or not _SAFE_LO < lo <= true_max < _SAFE_HI)):
-                # slow path only when something may be wrong: check record by record
-                true_max = R.NO_TIMESTAMP
-                for i, ts in enumerate(stamps):
-                    if ts != R.NO_TIMESTAMP:
-                        if _ts_out_of_range(ts, now, before, after):
-                            errs.append((i, _range_msg(ts, i, now, before, after)))
-                        elif ts > true_max:
-                            true_max = ts
-                    elif lat_bit:
-                        errs.append((i, _LAT_MSG))
-            if errs:
-                raise E.InvalidTimestampError(
-                    "one or more records have been rejected due to invalid timestamp", errs)
-        maxes.append(true_max)
-        fixes.append(true_max if (true_max != h.max_timestamp or lat_bit) else None)
+                walker.feed(payload)
+                self.result = walker.finish()
+            except WALK_ERRORS as e:
+                raise _walk_error(pos, e) from None
+        else:
+            self.pieces = C.iter_decompress(codec, payload, max_size=max_records_bytes)
 
-    # everything is valid: one copy (none when in_place), then patch
-    total = batches[-1][0] + batches[-1][1].size
-    seg = getattr(config, "segment_bytes", None)
-    if isinstance(seg, int) and total > seg:
-        raise E.RecordListTooLargeError(
-            f"append of {total} bytes exceeds the segment size segment.bytes {seg}")
-    buf = mv[:total] if in_place else bytearray(mv[:total])
-    append_time = max(now, last_append_time) if lat_topic else -1
-    offset = next_offset
-    infos = []
-    max_ts = R.NO_TIMESTAMP
-    off_of_max = -1
-    count = 0
-    for (pos, h), fix, bmax in zip(batches, fixes, maxes):
-        R.set_base_offset(buf, pos, offset)
-        if leader_epoch is not None:
-            R.set_partition_leader_epoch(buf, pos, leader_epoch)
-        last = offset + h.last_offset_delta
-        if lat_topic:
-            R.set_log_append_time(buf, pos, append_time)
-            bmax = append_time
-        elif fix is not None:
-            R.set_max_timestamp(buf, pos, fix, 0)
-        if bmax > max_ts:
-            max_ts = bmax
-            off_of_max = last
-        infos.append(BatchInfo(pos, h.size, offset, last, bmax, last))
-        count += h.records_count
-        offset = last + 1
-    return ValidatedAppend(buf, next_offset, offset - 1, max_ts, off_of_max, append_time, count, infos)
+    def advance(self, budget: int | None) -> int:
+        """Walk decompressed pieces until done or ``budget`` bytes; returns the bytes walked."""
+        walked = 0
+        walker = self.walker
+        try:
+            for piece in self.pieces:
+                walker.feed(piece)
+                walked += len(piece)
+                if budget is not None and walked >= budget:
+                    return walked
+            self.result = walker.finish()
+        except WALK_ERRORS as e:
+            raise _walk_error(self.pos, e) from None
+        except C.CompressionError as e:
+            raise _decompress_error(self.pos, self.h.compression, e) from None
+        self.pieces = None
+        return walked
+
+
+class _V2Analysis(Analysis):
+    def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
+        self.mv = mv
+        self.config = config
+        self.now = now
+        self.in_place = in_place
+        self.max_records_bytes = max_records_bytes
+        self.decompressed_bytes = 0
+        self._concluded = False
+        batches = _shallow_v2(mv, config.max_message_bytes)
+        lat_topic = self.lat_topic = config.message_timestamp_type == "LogAppendTime"
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
+        compact = bool(getattr(config, "compact", False))
+        self.walks = []
+        for pos, h in batches:
+            _check_batch(h)
+            lat_bit = bool(h.attributes & R.TIMESTAMP_TYPE_MASK)
+            if lat_topic and lat_bit:
+                raise E.InvalidTimestampError(
+                    "one or more records have been rejected due to invalid timestamp",
+                    _lat_bit_errors(h.records_count))
+            walker = RecordWalker(h.records_count, h.base_timestamp, lat_topic or lat_bit, now,
+                                  before, after, check_window and not lat_bit, compact)
+            self.walks.append(_BatchWalk(mv, pos, h, walker, max_records_bytes))
+
+    @property
+    def pending(self) -> bool:
+        return not self._concluded
+
+    def run(self, budget: int | None) -> None:
+        for walk in self.walks:
+            if walk.pieces is not None:
+                walked = walk.advance(budget)
+                self.decompressed_bytes += walked
+                if walk.pieces is not None:  # stopped by the budget
+                    return
+                if budget is not None:
+                    budget = max(0, budget - walked)
+        self._conclude()
+
+    def complete(self) -> None:
+        if not self._concluded:
+            self.run(None)
+
+    def _conclude(self) -> None:
+        """Per-batch outcome of the walks: errors, corrected max timestamps, rebuilds."""
+        config = self.config
+        now = self.now
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        lat_topic = self.lat_topic
+        self.fixes = fixes = []   # corrected CreateTime maxTimestamp, None = unchanged
+        self.maxes = maxes = []
+        self.rebuilt = {}         # batch index -> rebuilt bytes (offset deltas 0..n-1)
+        for i, walk in enumerate(self.walks):
+            h = walk.h
+            max_ts, _index_of_max, deltas_ok, bad, nulls = walk.result
+            errs = []
+            if nulls:
+                errs = [(j, "compacted topic cannot accept a record without a key") for j in nulls]
+            lat_bit = bool(h.attributes & R.TIMESTAMP_TYPE_MASK)
+            if lat_topic:
+                true_max = -1
+            elif lat_bit:
+                # every record reads the header's maxTimestamp (Kafka's record.timestamp())
+                true_max = h.max_timestamp
+                if true_max == R.NO_TIMESTAMP:
+                    errs += _lat_bit_errors(h.records_count)
+                elif _ts_out_of_range(true_max, now, before, after):
+                    errs += [(j, _range_msg(true_max, j, now, before, after)) for j in range(h.records_count)]
+            else:
+                true_max = max_ts
+                if bad:
+                    errs += [(j, _range_msg(ts, j, now, before, after)) for j, ts in bad]
+            if errs:
+                errs.sort()
+                if len(errs) > len(nulls or ()):
+                    raise E.InvalidTimestampError(
+                        "one or more records have been rejected due to invalid timestamp", errs)
+                raise E.InvalidRecordError(
+                    f"one or more records have been rejected due to {len(errs)} record errors: "
+                    "a compacted topic cannot accept records without a key", errs)
+            if not deltas_ok:
+                self.rebuilt[i] = self._rebuild(walk)
+            maxes.append(true_max)
+            fixes.append(None if lat_topic or (true_max == h.max_timestamp and not lat_bit) else true_max)
+        self._concluded = True
+
+    def _rebuild(self, walk: _BatchWalk) -> bytes:
+        """A batch whose offset deltas are not 0..count-1, rebuilt with consecutive ones
+        (Kafka's validateMessagesAndAssignOffsetsCompressed does the same when inner
+        offsets are off), keeping codec, timestamps, keys, values, headers and the
+        producer fields."""
+        h = walk.h
+        limit = self.config.max_message_bytes
+        try:
+            recs = list(R.iter_records(self.mv, walk.pos, h, max_decompressed=limit))
+        except R.RecordFormatError:
+            raise E.InvalidRecordError(
+                f"batch at position {walk.pos}: its records' offset deltas do not run 0..{h.records_count - 1}, "
+                f"and its records are larger than max.message.bytes {limit} to rebuild") from None
+        lat = h.timestamp_type == 1
+        out = R.build_batch([R.Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(recs)],
+                            compression=h.compression, timestamp_type=h.timestamp_type,
+                            log_append_time=h.max_timestamp if lat else None,
+                            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                            base_sequence=h.base_sequence, is_transactional=h.is_transactional)
+        if len(out) > limit:
+            raise E.MessageTooLargeError(
+                f"record batch size {len(out)} bytes after rebuilding exceeds max.message.bytes {limit}")
+        return out
+
+    def assign(self, next_offset: int, last_append_time_ms: int = -1,
+               partition_leader_epoch: int | None = None) -> ValidatedAppend:
+        if not self._concluded:
+            raise RuntimeError("assign() before the analysis completed")
+        mv = self.mv
+        walks = self.walks
+        if self.rebuilt:
+            parts = []
+            spans = []
+            at = 0
+            for i, w in enumerate(walks):
+                chunk = self.rebuilt.get(i)
+                if chunk is None:
+                    chunk = mv[w.pos:w.pos + w.h.size]
+                parts.append(chunk)
+                spans.append((at, R.parse_batch_header(chunk, 0) if i in self.rebuilt else w.h))
+                at += len(chunk)
+            buf = bytearray(b"".join(parts))
+        else:
+            spans = [(w.pos, w.h) for w in walks]
+            total = walks[-1].pos + walks[-1].h.size
+            buf = None
+        total = spans[-1][0] + spans[-1][1].size
+        seg = getattr(self.config, "segment_bytes", None)
+        if isinstance(seg, int) and total > seg:
+            raise E.RecordListTooLargeError(
+                f"append of {total} bytes exceeds the segment size segment.bytes {seg}")
+        if buf is None:
+            buf = mv[:total] if self.in_place else bytearray(mv[:total])
+        lat_topic = self.lat_topic
+        append_time = max(self.now, last_append_time_ms) if lat_topic else -1
+        offset = next_offset
+        infos = []
+        max_ts = R.NO_TIMESTAMP
+        off_of_max = -1
+        count = 0
+        for (pos, h), fix, bmax in zip(spans, self.fixes, self.maxes):
+            R.set_base_offset(buf, pos, offset)
+            if partition_leader_epoch is not None:
+                R.set_partition_leader_epoch(buf, pos, partition_leader_epoch)
+            last = offset + h.last_offset_delta
+            if lat_topic:
+                R.set_log_append_time(buf, pos, append_time)
+                bmax = append_time
+            elif fix is not None:
+                R.set_max_timestamp(buf, pos, fix, 0)
+            if bmax > max_ts:
+                max_ts = bmax
+                off_of_max = last
+            infos.append(BatchInfo(pos, h.size, offset, last, bmax, last))
+            count += h.records_count
+            offset = last + 1
+        return ValidatedAppend(buf, next_offset, offset - 1, max_ts, off_of_max, append_time, count, infos)
 
 
 # ----------------------------------------------------------------------------- legacy
 
 
-def _validate_legacy(mv, config, next_offset, now, last_append_time) -> ValidatedAppend:
+class _LegacyAnalysis(Analysis):
+    """A magic 0/1 message set, checked and up-converted to one v2 batch at base offset 0
+    (``assign`` patches the offsets and, on LogAppendTime topics, the append time)."""
+
+    def __init__(self, mv, config, now: int, max_records_bytes: int) -> None:
+        self.config = config
+        self.now = now
+        self.lat_topic = config.message_timestamp_type == "LogAppendTime"
+        self.out, self.count = _analyze_legacy(mv, config, now, max_records_bytes)
+
+    def assign(self, next_offset: int, last_append_time_ms: int = -1,
+               partition_leader_epoch: int | None = None) -> ValidatedAppend:
+        buf = bytearray(self.out)
+        R.set_base_offset(buf, 0, next_offset)
+        if partition_leader_epoch is not None:
+            R.set_partition_leader_epoch(buf, 0, partition_leader_epoch)
+        if self.lat_topic:
+            append_time = max(self.now, last_append_time_ms)
+            R.set_log_append_time(buf, 0, append_time)
+        else:
+            append_time = -1
+        h = R.parse_batch_header(buf, 0)
+        last = next_offset + self.count - 1
+        off_of_max = last if h.max_timestamp != R.NO_TIMESTAMP else -1
+        info = BatchInfo(0, len(buf), next_offset, last, h.max_timestamp, last)
+        return ValidatedAppend(buf, next_offset, last, h.max_timestamp, off_of_max,
+                               append_time, self.count, [info])
+
+
+def _analyze_legacy(mv, config, now, max_records_bytes) -> tuple[bytes, int]:
     max_bytes = config.max_message_bytes
     lat_topic = config.message_timestamp_type == "LogAppendTime"
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
+    compact = bool(getattr(config, "compact", False))
 
     # mixed magic (a v2 batch after legacy messages) is INVALID_RECORD, as in Kafka
     first = R.magic_of(mv, 0)
@@ -338,14 +551,24 @@ def _validate_legacy(mv, config, next_offset, now, last_append_time) -> Validate
     if codec and len(entries) > 1:
         raise E.InvalidRecordError("compressed outer record has more than one batch")
 
+    cap = min(max_records_bytes, LEGACY_MAX_FACTOR * max_bytes)
     recs = []
     for e in entries:
-        deep = R._deep_entries(e)
+        try:
+            deep = R._deep_entries(e, max_decompressed=cap)
+        except R.DecompressedTooLargeError:
+            raise E.MessageTooLargeError(
+                f"the compressed message at position {e.position} decompresses to more than {cap} bytes "
+                f"({LEGACY_MAX_FACTOR} x max.message.bytes)") from None
+        except R.RecordFormatError as err:
+            raise _translate(err) from None
         errs = []
         for i, r in enumerate(deep):
             if not r.crc_ok:
                 raise E.CorruptRecordError(f"inner message {i} of the wrapper is corrupt (stored crc = {r.crc})")
-            if lat_topic:
+            if compact and r.key is None:
+                errs.append((i, "compacted topic cannot accept a record without a key"))
+            elif lat_topic:
                 if r.timestamp_type == 1:
                     errs.append((i, _LAT_MSG))
             elif r.timestamp != R.NO_TIMESTAMP:
@@ -354,18 +577,19 @@ def _validate_legacy(mv, config, next_offset, now, last_append_time) -> Validate
             elif r.timestamp_type == 1:
                 errs.append((i, _LAT_MSG))
         if errs:
+            if all(m.startswith("compacted") for _, m in errs):
+                raise E.InvalidRecordError(
+                    f"one or more records have been rejected due to {len(errs)} record errors: "
+                    "a compacted topic cannot accept records without a key", errs)
             raise E.InvalidTimestampError(
                 "one or more records have been rejected due to invalid timestamp", errs)
         recs.extend(deep)
 
-    items = [R.Record(next_offset + i, r.timestamp, r.key, r.value, []) for i, r in enumerate(recs)]
+    items = [R.Record(i, r.timestamp, r.key, r.value, []) for i, r in enumerate(recs)]
     if lat_topic:
-        append_time = max(now, last_append_time)
-        out = R.build_batch(items, base_offset=next_offset, compression=codec, timestamp_type=1,
-                            log_append_time=append_time)
+        out = R.build_batch(items, compression=codec, timestamp_type=1, log_append_time=now)
     else:
-        append_time = -1
-        out = R.build_batch(items, base_offset=next_offset, compression=codec)
+        out = R.build_batch(items, compression=codec)
     if len(out) > max_bytes:
         raise E.MessageTooLargeError(
             f"message batch size {len(out)} bytes after conversion exceeds max.message.bytes {max_bytes}")
@@ -373,9 +597,4 @@ def _validate_legacy(mv, config, next_offset, now, last_append_time) -> Validate
     if isinstance(seg, int) and len(out) > seg:
         raise E.RecordListTooLargeError(
             f"append of {len(out)} bytes exceeds the segment size segment.bytes {seg}")
-    h = R.parse_batch_header(out, 0)
-    last = next_offset + len(recs) - 1
-    off_of_max = last if h.max_timestamp != R.NO_TIMESTAMP else -1
-    info = BatchInfo(0, len(out), next_offset, last, h.max_timestamp, last)
-    return ValidatedAppend(bytearray(out), next_offset, last, h.max_timestamp, off_of_max,
-                           append_time, len(recs), [info])
+    return out, len(recs)

@@ -308,18 +308,21 @@ def test_max_timestamp_unchanged_keeps_crc():
     assert header(res).crc == R.parse_batch_header(buf).crc
 
 
-def test_unbounded_window_trusts_header_without_decoding():
+@pytest.mark.parametrize("window", [dict(), dict(before=10**12, after=10**12)], ids=["unbounded", "finite"])
+def test_records_are_walked_whatever_the_window(window):
+    """SPEC 2: the walk is never skipped. A wrecked payload behind a valid CRC is refused,
+    and a header that lies about its max timestamp is corrected from the records."""
     buf = bytearray(batch([NOW - 10, NOW - 5], 1))
-    # wreck the compressed payload but keep the CRC valid: no decode -> accepted
     for i in range(R.HEADER_SIZE, len(buf)):
         buf[i] = 0xAB
     R._rewrite_crc(buf, 0)
     lie = with_field(bytes(buf), ">q", 35, 77)
-    res = run(lie)
-    assert res.max_timestamp == 77 and header(res).max_timestamp == 77
-    # with a finite window the same bytes are decoded and rejected
     with pytest.raises(E.CorruptRecordError):
-        run(lie, cfg(before=10**12, after=10**12))
+        run(lie, cfg(**window))
+    for codec in (0, 1):
+        lie = with_field(batch([NOW - 10, NOW - 5], codec), ">q", 35, 77)
+        res = run(lie, cfg(**window))
+        assert res.max_timestamp == NOW - 5 and header(res).max_timestamp == NOW - 5
 
 
 def test_one_side_finite_decodes():

@@ -1,0 +1,575 @@
+/* protocol/_recwalk.c - the compiled record walker behind protocol/record_walk.py.
+ *
+ * Walks the records of one v2 batch (Kafka's DefaultRecord layout) without copying
+ * anything: every length and varint must stay inside its record, each record must end
+ * exactly where its length says, and the batch must hold exactly the declared number of
+ * records.  It computes what the produce path needs from the records themselves: the
+ * largest timestamp (Kafka's LogValidator rule: strictly greater than the running max,
+ * starting from -1), whether the offset deltas run 0..count-1, the indexes of records
+ * outside the CreateTime window and of records without a key.
+ *
+ * The walker is resumable: ``feed`` may be called with any split of the bytes (the output
+ * of a streaming decompressor), so a compressed batch is walked chunk by chunk and never
+ * held whole.  A record that lies entirely inside one chunk is parsed by a straight-line
+ * fast path; a record split across chunks goes through a byte-wise state machine.
+ *
+ * Semantics are those of protocol/record_walk.py's PyRecordWalker (the reference, which
+ * the tests cross-check against this module): 32-bit varints take at most 5 bytes,
+ * 64-bit varints at most 10, values wrap as Java ints and longs do.
+ *
+ * Record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+ * keyLength varint (<0 = null), key, valueLength varint (<0 = null), value,
+ * headerCount varint, headers (keyLength varint >= 0, key, valueLength varint, value).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *WalkError;
+
+enum {
+    S_LEN = 0, S_ATTR, S_TSD, S_OFFD, S_KLEN, S_KEY, S_VLEN, S_VAL, S_NH, S_HK, S_HKEY, S_HV, S_HVAL
+};
+
+typedef struct {
+    PyObject_HEAD
+    int64_t count;
+    int64_t done;
+    int64_t base_ts;
+    int lat;              /* LogAppendTime batch: no window check, timestamps are the header's */
+    int check_window;
+    int64_t now, before, after;
+    int collect_null_keys;
+    /* results */
+    int64_t max_ts;
+    int64_t index_of_max;
+    int deltas_ok;
+    PyObject *bad_ts;     /* list of (index, timestamp) or NULL */
+    PyObject *null_keys;  /* list of indexes or NULL */
+    /* streaming state */
+    int state;
+    uint64_t acc;
+    int nvar;             /* bytes of the varint read so far */
+    int64_t rec_len;
+    int64_t rec_left;
+    int64_t skip;
+    int64_t hdr_left;
+    int64_t tsd;
+    int32_t offd;
+    int keynull;
+    int failed;
+    int64_t fed;
+} Walker;
+
+/* ------------------------------------------------------------------ errors */
+
+static int fail(Walker *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (msg) {
+        PyErr_SetObject(WalkError, msg);
+        Py_DECREF(msg);
+    }
+    w->failed = 1;
+    return -1;
+}
+
+/* ------------------------------------------------------------------ per record */
+
+static inline int64_t wrap_add(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+static inline int64_t wrap_sub(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a - (uint64_t)b);
+}
+
+static int finish_record(Walker *w, int64_t tsd, int32_t offd, int keynull) {
+    int64_t index = w->done;
+    if (offd != index)
+        w->deltas_ok = 0;
+    if (!w->lat) {
+        int64_t ts = wrap_add(w->base_ts, tsd);
+        if (w->check_window && ts != -1) {
+            int64_t diff = wrap_sub(w->now, ts);
+            if (diff > w->before || wrap_sub(0, diff) > w->after) {
+                if (!w->bad_ts && !(w->bad_ts = PyList_New(0)))
+                    return -1;
+                PyObject *item = Py_BuildValue("(LL)", (long long)index, (long long)ts);
+                if (!item || PyList_Append(w->bad_ts, item) < 0) {
+                    Py_XDECREF(item);
+                    return -1;
+                }
+                Py_DECREF(item);
+            }
+        }
+        if (ts > w->max_ts) {
+            w->max_ts = ts;
+            w->index_of_max = index;
+        }
+    }
+    if (keynull && w->collect_null_keys) {
+        if (!w->null_keys && !(w->null_keys = PyList_New(0)))
+            return -1;
+        PyObject *item = PyLong_FromLongLong(index);
+        if (!item || PyList_Append(w->null_keys, item) < 0) {
+            Py_XDECREF(item);
+            return -1;
+        }
+        Py_DECREF(item);
+    }
+    w->done++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ fast path */
+
+/* 1: value read; 0: ran past ``end``; -1: too long */
+static inline int rd_v32(const uint8_t **pp, const uint8_t *end, int32_t *out) {
+    const uint8_t *p = *pp;
+    uint32_t raw = 0;
+    for (int i = 0; i < 5; i++) {
+        if (p >= end)
+            return 0;
+        uint8_t b = *p++;
+        raw |= (uint32_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = (int32_t)((raw >> 1) ^ (uint32_t)(-(int32_t)(raw & 1)));
+            *pp = p;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+static inline int rd_v64(const uint8_t **pp, const uint8_t *end, int64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t raw = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= end)
+            return 0;
+        uint8_t b = *p++;
+        raw |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
+            *pp = p;
+            return 1;
+        }
+    }
+    return -1;
+}
+
+#define RD32(var, what)                                                                   \
+    do {                                                                                  \
+        int r_ = rd_v32(&p, rend, &(var));                                                \
+        if (r_ <= 0)                                                                      \
+            return r_ < 0 ? fail(w, "record %lld: %s varint is longer than 5 bytes",     \
+                                 (long long)w->done, what)                                \
+                          : fail(w, "record %lld: %s runs past the record's length %d",   \
+                                 (long long)w->done, what, len);                          \
+    } while (0)
+
+/* Parse one whole record at *pp if it lies inside [*pp, end).  Returns 1 parsed,
+ * 0 not entirely present (nothing consumed), -1 error. */
+static int fast_record(Walker *w, const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp;
+    int32_t len;
+    int r = rd_v32(&p, end, &len);
+    if (r == 0)
+        return 0;
+    if (r < 0)
+        return fail(w, "record %lld: length varint is longer than 5 bytes", (long long)w->done);
+    if (len < 0)
+        return fail(w, "record %lld: invalid record length %d", (long long)w->done, len);
+    if (end - p < len)
+        return 0;
+    const uint8_t *rend = p + len;
+    if (p >= rend)
+        return fail(w, "record %lld: invalid record size: length %d leaves no room for the attributes",
+                    (long long)w->done, len);
+    p++; /* attributes */
+    int64_t tsd;
+    {
+        int r_ = rd_v64(&p, rend, &tsd);
+        if (r_ <= 0)
+            return r_ < 0 ? fail(w, "record %lld: timestamp delta varlong is longer than 10 bytes",
+                                 (long long)w->done)
+                          : fail(w, "record %lld: timestamp delta runs past the record's length %d",
+                                 (long long)w->done, len);
+    }
+    int32_t offd, klen, vlen, nh;
+    RD32(offd, "offset delta");
+    RD32(klen, "key length");
+    if (klen > 0) {
+        if (rend - p < klen)
+            return fail(w, "record %lld: key length %d runs past the record's length %d",
+                        (long long)w->done, klen, len);
+        p += klen;
+    }
+    RD32(vlen, "value length");
+    if (vlen > 0) {
+        if (rend - p < vlen)
+            return fail(w, "record %lld: value length %d runs past the record's length %d",
+                        (long long)w->done, vlen, len);
+        p += vlen;
+    }
+    RD32(nh, "header count");
+    if (nh < 0)
+        return fail(w, "record %lld: invalid number of record headers %d", (long long)w->done, nh);
+    if (nh > rend - p)
+        return fail(w, "record %lld: invalid number of record headers %d: larger than the %lld bytes left in the record",
+                    (long long)w->done, nh, (long long)(rend - p));
+    for (int32_t h = 0; h < nh; h++) {
+        int32_t hk, hv;
+        RD32(hk, "header key length");
+        if (hk < 0)
+            return fail(w, "record %lld: invalid negative header key size %d", (long long)w->done, hk);
+        if (rend - p < hk)
+            return fail(w, "record %lld: header key length %d runs past the record's length %d",
+                        (long long)w->done, hk, len);
+        p += hk;
+        RD32(hv, "header value length");
+        if (hv > 0) {
+            if (rend - p < hv)
+                return fail(w, "record %lld: header value length %d runs past the record's length %d",
+                            (long long)w->done, hv, len);
+            p += hv;
+        }
+    }
+    if (p != rend)
+        return fail(w, "record %lld: invalid record size: expected %d bytes in record payload, read %lld",
+                    (long long)w->done, len, (long long)(len - (rend - p)));
+    if (finish_record(w, tsd, offd, klen < 0) < 0)
+        return -1;
+    *pp = p;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ byte-wise path */
+
+static int end_of_headers_or_next(Walker *w);
+
+static int end_record(Walker *w) {
+    if (w->rec_left != 0)
+        return fail(w, "record %lld: invalid record size: expected %lld bytes in record payload, read %lld",
+                    (long long)w->done, (long long)w->rec_len, (long long)(w->rec_len - w->rec_left));
+    if (finish_record(w, w->tsd, w->offd, w->keynull) < 0)
+        return -1;
+    w->state = S_LEN;
+    return 0;
+}
+
+static int end_of_headers_or_next(Walker *w) {
+    w->hdr_left--;
+    if (w->hdr_left == 0)
+        return end_record(w);
+    w->state = S_HK;
+    return 0;
+}
+
+static int start_skip(Walker *w, int64_t n, int skip_state, int next_state, const char *what) {
+    if (n > w->rec_left)
+        return fail(w, "record %lld: %s %lld runs past the record's length %lld",
+                    (long long)w->done, what, (long long)n, (long long)w->rec_len);
+    if (n > 0) {
+        w->skip = n;
+        w->state = skip_state;
+        return 0;
+    }
+    w->state = next_state;
+    if (next_state == -1)
+        return end_of_headers_or_next(w);
+    return 0;
+}
+
+static int field_done(Walker *w, int64_t v) {
+    switch (w->state) {
+    case S_LEN:
+        if (v < 0)
+            return fail(w, "record %lld: invalid record length %lld", (long long)w->done, (long long)v);
+        w->rec_len = w->rec_left = v;
+        w->state = S_ATTR;
+        return 0;
+    case S_TSD:
+        w->tsd = v;
+        w->state = S_OFFD;
+        return 0;
+    case S_OFFD:
+        w->offd = (int32_t)v;
+        w->state = S_KLEN;
+        return 0;
+    case S_KLEN:
+        w->keynull = v < 0;
+        return start_skip(w, v, S_KEY, S_VLEN, "key length");
+    case S_VLEN:
+        return start_skip(w, v, S_VAL, S_NH, "value length");
+    case S_NH:
+        if (v < 0)
+            return fail(w, "record %lld: invalid number of record headers %lld", (long long)w->done, (long long)v);
+        if (v > w->rec_left)
+            return fail(w, "record %lld: invalid number of record headers %lld: larger than the %lld bytes left in the record",
+                        (long long)w->done, (long long)v, (long long)w->rec_left);
+        w->hdr_left = v;
+        if (v == 0)
+            return end_record(w);
+        w->state = S_HK;
+        return 0;
+    case S_HK:
+        if (v < 0)
+            return fail(w, "record %lld: invalid negative header key size %lld", (long long)w->done, (long long)v);
+        return start_skip(w, v, S_HKEY, S_HV, "header key length");
+    case S_HV:
+        return start_skip(w, v, S_HVAL, -1, "header value length");
+    }
+    return fail(w, "record walker in an impossible state %d", w->state);
+}
+
+static const char *field_name(int state) {
+    switch (state) {
+    case S_LEN: return "length";
+    case S_TSD: return "timestamp delta";
+    case S_OFFD: return "offset delta";
+    case S_KLEN: return "key length";
+    case S_VLEN: return "value length";
+    case S_NH: return "header count";
+    case S_HK: return "header key length";
+    case S_HV: return "header value length";
+    }
+    return "field";
+}
+
+/* consume bytes one field at a time until a record ends (state back to S_LEN with no
+ * partial varint) or the input runs out */
+static int slow_until_boundary(Walker *w, const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp;
+    while (p < end) {
+        int st = w->state;
+        if (st == S_KEY || st == S_VAL || st == S_HKEY || st == S_HVAL) {
+            int64_t take = end - p;
+            if (take > w->skip)
+                take = w->skip;
+            p += take;
+            w->skip -= take;
+            w->rec_left -= take;
+            if (w->skip == 0) {
+                int rc = 0;
+                if (st == S_KEY) w->state = S_VLEN;
+                else if (st == S_VAL) w->state = S_NH;
+                else if (st == S_HKEY) w->state = S_HV;
+                else rc = end_of_headers_or_next(w);
+                if (rc < 0)
+                    return -1;
+                if (w->state == S_LEN)
+                    break;
+            }
+            continue;
+        }
+        if (st == S_LEN && w->nvar == 0 && w->done >= w->count)
+            return fail(w, "incorrect declared batch size: bytes remain after the %lld records the header declares",
+                        (long long)w->count);
+        if (st != S_LEN) {
+            if (w->rec_left <= 0)
+                return fail(w, "record %lld: %s runs past the record's length %lld",
+                            (long long)w->done, st == S_ATTR ? "attributes" : field_name(st),
+                            (long long)w->rec_len);
+            w->rec_left--;
+        }
+        uint8_t b = *p++;
+        if (st == S_ATTR) {
+            w->state = S_TSD;
+            continue;
+        }
+        int maxb = (st == S_TSD) ? 10 : 5;
+        w->acc |= (uint64_t)(b & 0x7f) << (7 * w->nvar);
+        w->nvar++;
+        if (b & 0x80) {
+            if (w->nvar >= maxb)
+                return fail(w, "record %lld: %s varint is longer than %d bytes",
+                            (long long)w->done, field_name(st), maxb);
+            continue;
+        }
+        int64_t v;
+        if (st == S_TSD) {
+            uint64_t raw = w->acc;
+            v = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
+        } else {
+            uint32_t raw = (uint32_t)w->acc;
+            v = (int32_t)((raw >> 1) ^ (uint32_t)(-(int32_t)(raw & 1)));
+        }
+        w->acc = 0;
+        w->nvar = 0;
+        if (field_done(w, v) < 0)
+            return -1;
+        if (w->state == S_LEN)
+            break;
+    }
+    *pp = p;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the type */
+
+static int Walker_init(Walker *w, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"count", "base_timestamp", "log_append_time", "now", "before", "after",
+                             "check_window", "collect_null_keys", NULL};
+    long long count, base_ts, now = 0, before = 0, after = 0;
+    int lat = 0, check = 0, nulls = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LL|pLLLpp", kwlist, &count, &base_ts, &lat, &now,
+                                     &before, &after, &check, &nulls))
+        return -1;
+    w->count = count;
+    w->done = 0;
+    w->base_ts = base_ts;
+    w->lat = lat;
+    w->now = now;
+    w->before = before;
+    w->after = after;
+    w->check_window = check;
+    w->collect_null_keys = nulls;
+    w->max_ts = -1;
+    w->index_of_max = -1;
+    w->deltas_ok = 1;
+    Py_CLEAR(w->bad_ts);
+    Py_CLEAR(w->null_keys);
+    w->state = S_LEN;
+    w->acc = 0;
+    w->nvar = 0;
+    w->failed = 0;
+    w->fed = 0;
+    if (count < 0) {
+        PyErr_Format(WalkError, "invalid record count %lld in the batch header", count);
+        return -1;
+    }
+    return 0;
+}
+
+static void Walker_dealloc(Walker *w) {
+    Py_CLEAR(w->bad_ts);
+    Py_CLEAR(w->null_keys);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyObject *Walker_feed(Walker *w, PyObject *arg) {
+    if (w->failed) {
+        PyErr_SetString(WalkError, "the record walker already failed");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    const uint8_t *end = p + view.len;
+    int rc = 0;
+    while (p < end) {
+        if (w->state == S_LEN && w->nvar == 0) {
+            if (w->done >= w->count) {
+                rc = fail(w, "incorrect declared batch size: %lld bytes remain after the %lld records the header declares",
+                          (long long)(end - p), (long long)w->count);
+                break;
+            }
+            int r = fast_record(w, &p, end);
+            if (r < 0) {
+                rc = -1;
+                break;
+            }
+            if (r == 1)
+                continue;
+        }
+        if (slow_until_boundary(w, &p, end) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    w->fed += view.len;
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        w->failed = 1;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Walker_finish(Walker *w, PyObject *Py_UNUSED(ignored)) {
+    if (w->failed) {
+        PyErr_SetString(WalkError, "the record walker already failed");
+        return NULL;
+    }
+    if (w->state != S_LEN || w->nvar != 0) {
+        fail(w, "record data underflow: the batch ends inside record %lld (of %lld declared)",
+             (long long)w->done, (long long)w->count);
+        return NULL;
+    }
+    if (w->done != w->count) {
+        fail(w, "record data underflow: the batch holds %lld records but its header declares %lld",
+             (long long)w->done, (long long)w->count);
+        return NULL;
+    }
+    PyObject *bad = w->bad_ts ? w->bad_ts : Py_None;
+    PyObject *nulls = w->null_keys ? w->null_keys : Py_None;
+    return Py_BuildValue("(LLOOO)", (long long)w->max_ts, (long long)w->index_of_max,
+                         w->deltas_ok ? Py_True : Py_False, bad, nulls);
+}
+
+static PyObject *Walker_get_done(Walker *w, void *closure) {
+    return PyLong_FromLongLong(w->done);
+}
+
+static PyObject *Walker_get_fed(Walker *w, void *closure) {
+    return PyLong_FromLongLong(w->fed);
+}
+
+static PyMethodDef Walker_methods[] = {
+    {"feed", (PyCFunction)Walker_feed, METH_O,
+     "feed(bytes_like): walk the next bytes of the batch's (decompressed) records."},
+    {"finish", (PyCFunction)Walker_finish, METH_NOARGS,
+     "finish() -> (max_timestamp, index_of_max, deltas_ok, bad_timestamps, null_key_indexes)."},
+    {NULL}
+};
+
+static PyGetSetDef Walker_getset[] = {
+    {"records", (getter)Walker_get_done, NULL, "records walked so far", NULL},
+    {"bytes_fed", (getter)Walker_get_fed, NULL, "bytes fed so far", NULL},
+    {NULL}
+};
+
+static PyTypeObject WalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "protocol._recwalk.RecordWalker",
+    .tp_basicsize = sizeof(Walker),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Resumable walker over the records of one v2 batch (see protocol/record_walk.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Walker_init,
+    .tp_dealloc = (destructor)Walker_dealloc,
+    .tp_methods = Walker_methods,
+    .tp_getset = Walker_getset,
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_recwalk", "Compiled record walker (see protocol/record_walk.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__recwalk(void) {
+    if (PyType_Ready(&WalkerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    WalkError = PyErr_NewException("protocol._recwalk.WalkError", PyExc_ValueError, NULL);
+    if (!WalkError || PyModule_AddObject(m, "WalkError", WalkError) < 0) {
+        Py_XDECREF(WalkError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(WalkError);
+    Py_INCREF(&WalkerType);
+    if (PyModule_AddObject(m, "RecordWalker", (PyObject *)&WalkerType) < 0) {
+        Py_DECREF(&WalkerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
