@@ -8,6 +8,15 @@ connection's request processing until its response is written.
 
 Bad framing (a negative size, a size over ``socket.request.max.bytes``) closes the
 connection with a log line; it never affects other connections.
+
+Memory: the receive buffer grows as a frame's bytes arrive (doubling), never to the
+declared frame size at once, so a peer that announces a large frame and sends part of it
+holds only what it sent.  With ``queued.max.request.bytes`` > 0 an incomplete frame
+first reserves its declared size in the broker's ``RequestMemoryPool``; when the pool is
+exhausted the connection stops reading until memory comes back (Kafka mutes the
+channel the same way).  While an asynchronous handler is in flight the buffer is never
+rewritten in place (its request may still point into it): new bytes go after it, or
+into a new buffer.
 """
 
 from __future__ import annotations
@@ -52,6 +61,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "_write_paused",
         "_reading_paused",
         "_sock_fd",
+        "_pool",
+        "_reserved",
+        "_memory_paused",
     )
 
     def __init__(self, dispatcher: "Dispatcher") -> None:
@@ -69,6 +81,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._reading_paused = False
         self._sock_fd = -1
+        self._pool = getattr(dispatcher, "memory_pool", None)
+        self._reserved = 0  # bytes reserved in the pool for the frame at _start
+        self._memory_paused = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,6 +103,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._dispatcher.connections.discard(self)
+        if self._pool is not None:
+            self._pool.forget(self)
+            self._release()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -106,9 +124,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._end += nbytes
         if not self._busy and not self._write_paused:
             self._process()
-        if self._end - self._start > _BUFFERED_HIGH_WATER and not self._reading_paused:
+        # requests queued behind one in flight: stop reading past the high-water mark (an
+        # idle connection's unprocessed bytes are one incomplete frame: read it whole)
+        if self._busy and self._end - self._start > _BUFFERED_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
+
+    # -- queued.max.request.bytes ----------------------------------------------------
+    def _release(self) -> None:
+        if self._reserved:
+            n, self._reserved = self._reserved, 0
+            self._pool.release(n)
+
+    def memory_available(self) -> None:
+        """The pool has memory again (called by RequestMemoryPool.release)."""
+        if self._closed:
+            return
+        self._memory_paused = False
+        if not self._reading_paused:
+            self._transport.resume_reading()
+        if not self._busy and not self._write_paused:
+            self._process()
 
     def eof_received(self) -> bool:
         return False
@@ -128,12 +164,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if pending >= 4:
             (size,) = _SIZE.unpack_from(self._buf, self._start)
             if 0 <= size <= self._max_frame:
-                needed = max(needed, 4 + size)
-        if needed <= len(self._buf):
+                # grow toward the frame as its bytes arrive, not to its declared size
+                needed = max(needed, min(4 + size, 2 * len(self._buf)))
+        if needed <= len(self._buf) and not self._busy:
             if self._start:
                 self._buf[:pending] = self._buf[self._start : self._end]
         else:
-            new = bytearray(max(needed, 2 * len(self._buf)))
+            new = bytearray(max(needed, len(self._buf)) if self._busy else max(needed, 2 * len(self._buf)))
             new[:pending] = self._view[self._start : self._end]
             self._buf = new
             self._view = memoryview(new)
@@ -157,13 +194,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._closed = True
                 return
             if self._end - start < 4 + size:
+                pool = self._pool
+                if pool is not None and not self._reserved:
+                    if pool.try_reserve(self, 4 + size):
+                        self._reserved = 4 + size
+                    elif not self._memory_paused:
+                        self._memory_paused = True
+                        self._transport.pause_reading()
                 break
             frame = self._view[start + 4 : start + 4 + size]
             self._start = start + 4 + size
             result = self._dispatcher.dispatch(self, frame)
             if result is None:
+                if self._reserved:
+                    self._release()
                 continue
             if isinstance(result, list):
+                if self._reserved:
+                    self._release()
                 self.write_chunks(result)
                 continue
             # an awaitable: stop processing until it completes
@@ -171,17 +219,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
             task = asyncio.ensure_future(result)
             task.add_done_callback(self._on_async_done)
             break
-        if self._start == self._end:
+        if self._start == self._end and not self._busy:
             self._start = self._end = 0
             if len(self._buf) > _SHRINK_ABOVE:
                 self._buf = bytearray(_INITIAL_BUFFER)
                 self._view = memoryview(self._buf)
-        if self._reading_paused and self._end - self._start < _BUFFERED_HIGH_WATER // 2 and not self._closed:
+        if (self._reading_paused and not self._closed
+                and (not self._busy or self._end - self._start < _BUFFERED_HIGH_WATER // 2)):
             self._reading_paused = False
-            self._transport.resume_reading()
+            if not self._memory_paused:
+                self._transport.resume_reading()
 
     def _on_async_done(self, task: asyncio.Future) -> None:
         self._busy = False
+        if self._reserved:
+            self._release()
         if self._closed:
             return
         try:

@@ -28,6 +28,25 @@ class BrokerContext:
     metrics: object = None
     # (topic, partition) -> futures of Fetch requests parked until data arrives
     fetch_waiters: dict = field(default_factory=dict)
+    # worker threads for validation work too long for the event loop (created on first use)
+    _offload_pool: object = None
+
+    def offload(self, fn) -> asyncio.Future:
+        """Run ``fn()`` in the validation thread pool; await the returned future.  Used
+        for the rest of a long record walk (decompression releases the GIL), so the event
+        loop keeps serving other connections."""
+        if self._offload_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._offload_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronolog-validate")
+        return asyncio.get_running_loop().run_in_executor(self._offload_pool, fn)
+
+    def close(self) -> None:
+        """Stop the validation threads (work still queued is dropped: its connections are
+        being closed)."""
+        pool, self._offload_pool = self._offload_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def notify_append(self, topic: str, partition: int) -> None:
         waiters = self.fetch_waiters.pop((topic, partition), None)

@@ -18,6 +18,7 @@ from protocol.errors import ErrorCode
 
 from broker import handlers
 from broker.context import BrokerContext
+from broker.memory_pool import RequestMemoryPool
 
 log = logging.getLogger("chronolog.dispatcher")
 
@@ -61,6 +62,9 @@ class Dispatcher:
         self.ctx = ctx
         self.connections: set = set()
         self.socket_request_max_bytes = ctx.config.socket_request_max_bytes
+        # queued.max.request.bytes (broker.memory_pool); None when <= 0, as Kafka's default
+        queued = getattr(ctx.config, "queued_max_request_bytes", -1)
+        self.memory_pool = RequestMemoryPool(queued) if queued > 0 else None
         # broker.metrics.BrokerMetrics or None (metrics.port=0): request counts, errors, latency
         self.metrics = getattr(ctx, "metrics", None)
 

@@ -470,11 +470,11 @@ def record_timestamp_at(plog, offset: int) -> int | None:
     elif offset <= hdr.base_offset:
         ts = hdr.base_timestamp
     else:
-        ts = None
-        for r in rec.iter_records(buf, 0, hdr):
-            if r.offset >= offset:
-                ts = r.timestamp
-                break
+        try:
+            found = rec.first_record_at_or_after(buf, 0, hdr, -(1 << 63), offset)
+        except rec.RecordFormatError:  # a malformed stored batch: no lag in seconds for it
+            found = None
+        ts = found[1] if found is not None else None
     if ts is None or ts < 0:
         return None
     return ts

@@ -224,6 +224,8 @@ class BrokerServer:
                 await asyncio.wait_for(self.server.wait_closed(), timeout=max(0.1, close_deadline - loop.time()))
             except asyncio.TimeoutError:  # pragma: no cover
                 log.warning("the listener did not close in time")
+        if ctx is not None:
+            ctx.close()
         self.log_manager.shutdown()
         log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
         self._stopped.set()

@@ -159,6 +159,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("socket.listen.backlog.size", T.INT, 50, Range.at_least(1)),
     ConfigKey("connections.max.idle.ms", T.LONG, 10 * 60 * 1000, None),
     ConfigKey("queued.max.requests", T.INT, 500, Range.at_least(1)),
+    ConfigKey("queued.max.request.bytes", T.LONG, -1, None),
     ConfigKey("num.network.threads", T.INT, 3, Range.at_least(1)),
     ConfigKey("num.io.threads", T.INT, 8, Range.at_least(1)),
     ConfigKey("fetch.max.bytes", T.INT, 55 * 1024 * 1024, Range.at_least(1024)),
@@ -323,6 +324,11 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
 
     @model_validator(mode="after")
     def _check(self) -> "BrokerConfig":
+        if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
+            raise ConfigError(
+                "queued.max.request.bytes", self.queued_max_request_bytes,
+                "queued.max.request.bytes must be larger or equal to socket.request.max.bytes "
+                f"({self.socket_request_max_bytes})")
         if self.log_roll_ms_effective < 1:
             raise ConfigError("log.roll.ms", self.log_roll_ms_effective, "log.roll.ms must be greater than or equal to 1")
         if self.log_roll_jitter_ms_effective < 0:

@@ -537,14 +537,54 @@ def record_timestamps(buf, pos: int, header: BatchHeader, *,
     return stamps
 
 
+def _record_pieces(buf, pos: int, header: BatchHeader, max_decompressed: int | None):
+    """The batch's records bytes: the payload itself, or its decompressed output in
+    pieces (bounded memory; errors as CorruptRecordError / DecompressedTooLargeError)."""
+    end = pos + header.batch_length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptRecordError(f"batch at position {pos} is truncated")
+    payload = memoryview(buf)[pos + HEADER_SIZE:end]
+    codec = header.compression
+    if codec == 0:
+        yield payload
+        return
+    if codec > 4:
+        raise CorruptRecordError(f"unknown compression codec id {codec} in batch attributes")
+    try:
+        yield from _compression.iter_decompress(codec, payload, max_size=max_decompressed)
+    except _compression.DecompressedSizeError as e:
+        raise DecompressedTooLargeError(
+            f"{_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
+    except CompressionError as e:
+        raise CorruptRecordError(
+            f"cannot decompress {_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
+
+
+def _walk_streamed(buf, pos: int, header: BatchHeader, max_decompressed: int | None) -> None:
+    """Check the batch's record structure (``protocol.record_walk``) on its records as
+    they decompress; raises InvalidRecordError / CorruptRecordError."""
+    from protocol.record_walk import WALK_ERRORS, RecordWalker
+
+    walker = RecordWalker(header.records_count, header.base_timestamp, True)
+    try:
+        for piece in _record_pieces(buf, pos, header, max_decompressed):
+            walker.feed(piece)
+        walker.finish()
+    except WALK_ERRORS as e:
+        raise InvalidRecordError(f"batch at position {pos}: {e}") from None
+
+
 def first_record_at_or_after(buf, pos: int, header: BatchHeader, target_ts: int,
-                             min_offset: int) -> tuple[int, int] | None:
+                             min_offset: int, *, max_decompressed: int | None = None) -> tuple[int, int] | None:
     """``(offset, timestamp)`` of the first record of the batch at ``pos`` whose
     timestamp >= ``target_ts`` and offset >= ``min_offset``, or None (search by time).
 
     Reads only each record's length, timestamp delta and offset delta and jumps over
-    the rest (the batch was CRC-checked when it was written); LogAppendTime batches
-    answer from the header (every record has maxTimestamp)."""
+    the rest; LogAppendTime batches answer from the header (every record has
+    maxTimestamp).  A compressed batch is read as it decompresses, in pieces, and the
+    search stops at the first match.  Malformed records raise InvalidRecordError (a
+    batch stored before the produce path walked every record, or damaged behind a
+    valid CRC), never loop or over-read."""
     if header.attributes & TIMESTAMP_TYPE_MASK:
         if header.max_timestamp < target_ts:
             return None
@@ -555,34 +595,57 @@ def first_record_at_or_after(buf, pos: int, header: BatchHeader, target_ts: int,
         lat = header.max_timestamp
     else:
         lat = None
-    data = _batch_payload(buf, pos, header)
     base_ts, base_off = header.base_timestamp, header.base_offset
-    p = 0
+    remaining = header.records_count
     rv = _read_varint
-    try:
-        for _ in range(header.records_count):
-            b = data[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                length, p = rv(data, p)
-            rec_end = p + length
-            b = data[p + 1]  # after the attributes byte
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                q = p + 2
-            else:
-                ts_delta, q = rv(data, p + 1)
-            b = data[q]
-            off_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else rv(data, q)[0]
+    carry = b""
+    for piece in _record_pieces(buf, pos, header, max_decompressed):
+        data = carry + bytes(piece) if carry else piece
+        end = len(data)
+        p = 0
+        while remaining > 0 and p < end:
+            try:
+                b = data[p]
+                if b < 0x80:
+                    length = (b >> 1) ^ -(b & 1)
+                    q = p + 1
+                else:
+                    length, q = rv(data, p)
+            except IndexError:
+                break  # the length varint continues in the next piece
+            if length < 0:
+                raise InvalidRecordError(f"invalid record length {length} at record {header.records_count - remaining}")
+            rec_end = q + length
+            if rec_end > end:
+                break  # the record continues in the next piece
+            try:
+                b = data[q + 1]  # after the attributes byte
+                if b < 0x80:
+                    ts_delta = (b >> 1) ^ -(b & 1)
+                    r = q + 2
+                else:
+                    ts_delta, r = rv(data, q + 1)
+                b = data[r]
+                off_delta = (b >> 1) ^ -(b & 1) if b < 0x80 else rv(data, r)[0]
+            except IndexError:
+                raise InvalidRecordError(
+                    f"record {header.records_count - remaining} is shorter than its fields") from None
+            if r >= rec_end:
+                raise InvalidRecordError(
+                    f"record {header.records_count - remaining} is shorter than its fields")
             ts = base_ts + ts_delta
             off = base_off + off_delta
             if ts >= target_ts and off >= min_offset:
                 return off, (ts if lat is None else lat)
             p = rec_end
-    except IndexError:
-        raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
+            remaining -= 1
+        if remaining == 0:
+            break
+        carry = bytes(data[p:])
+    if remaining > 0:
+        raise InvalidRecordError(
+            f"record data underflow: the batch holds fewer records than the {header.records_count} "
+            "its header declares")
     return None
 
 
@@ -1015,6 +1078,10 @@ def down_convert(v2_bytes, to_magic: int, *, first_offset: int = 0,
         if codec == 4:
             raise UnsupportedCompressionTypeError(
                 "down-conversion of zstd-compressed batches is not supported")
+        if codec:
+            # walk the records as they decompress first: a malformed or oversized batch
+            # fails here in bounded memory instead of being decoded whole
+            _walk_streamed(v2_bytes, pos - size, header, max_decompressed)
         recs = list(iter_records(v2_bytes, pos - size, header, max_decompressed=max_decompressed))
         if codec == 0:
             recs = [r for r in recs if r.offset >= first_offset]

@@ -451,7 +451,8 @@ def dump_log_file(path: str, out: TextIO, err: TextIO, options: DumpOptions, rep
             try:
                 recs = _records(b)
             except Exception as e:  # garbage in a batch must not end the dump
-                err.write(f"Could not read the records of the batch at position {b.position} "
+                first = f" (offset {b.header.base_offset})" if b.header is not None else ""
+                err.write(f"Could not read the records of the batch at position {b.position}{first} "
                           f"of {path}: {e}\n")
                 continue
             ts_name = _TIMESTAMP_TYPES[b.timestamp_type]

@@ -405,19 +405,25 @@ class Log:
         self._producer_state.expiration_ms = self._producer_id_expiration_ms()
 
     # ------------------------------------------------------------------ append
-    def append(self, records, *, magic_hint: int | None = None, in_place: bool = False) -> AppendInfo:
+    def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
+               max_records_bytes: int | None = None) -> AppendInfo:
         """Validate, assign offsets, roll if needed, write.  Raises storage errors.
         ``in_place``: ``records`` is a writable buffer the caller gives up, so offsets
         and timestamps are patched in it instead of in a copy."""
-        from storage.validator import validate_records
+        from storage.validator import DEFAULT_MAX_RECORDS_BYTES, analyze_records
 
         self._ensure_open()
-        now = self.clock.time_ms()
-        va = validate_records(records, magic_hint=magic_hint, config=self.config,
-                              next_offset=self._leo, now_ms=now,
-                              last_append_time_ms=self._last_append_time_ms,
-                              in_place=in_place)
-        return self.append_validated(va, now_ms=now)
+        analysis = analyze_records(records, config=self.config, now_ms=self.clock.time_ms(),
+                                   in_place=in_place,
+                                   max_records_bytes=max_records_bytes or DEFAULT_MAX_RECORDS_BYTES)
+        return self.append_analysis(analysis)
+
+    def append_analysis(self, analysis) -> AppendInfo:
+        """Append a completed ``storage.validator.Analysis``: offsets from the log end,
+        the append time never below the last one, then :meth:`append_validated`."""
+        self._ensure_open()
+        va = analysis.assign(self._leo, self._last_append_time_ms)
+        return self.append_validated(va, now_ms=self.clock.time_ms())
 
     def append_validated(self, va, *, now_ms: int | None = None) -> AppendInfo:
         """Append an already validated ``ValidatedAppend`` whose base offset is the LEO.
@@ -641,6 +647,11 @@ class Log:
                 return FetchDataInfo(records if len(records) else None, hw, lso)
             i += 1
         return FetchDataInfo(None, hw, lso)
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment holding ``offset`` (the last one whose base offset is <= it)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[i] if i >= 0 else None
 
     # ------------------------------------------------------------------ search by time
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

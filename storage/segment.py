@@ -20,6 +20,7 @@ import os
 import random
 from typing import Iterator, NamedTuple
 
+from storage.errors import CorruptRecordError
 from storage.file_slice import FileSlice
 from storage.index import IndexOffsetOverflowError
 from storage.offset_index import OffsetIndex
@@ -47,6 +48,9 @@ _SCAN_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 _INT32_MAX = (1 << 31) - 1
 _UNKNOWN = object()
+#: a search by time decompresses a stored batch at most this far (streamed; the produce
+#: path refuses larger ones, so only a batch stored before it walked every record can hit it)
+READ_MAX_DECOMPRESSED = 104857600
 
 
 def _name(base_offset: int, suffix: str) -> str:
@@ -323,15 +327,15 @@ class LogSegment:
 
     # ------------------------------------------------------------------ search by time
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> OffsetAndTimestamp | None:
-        """First record with ts >= timestamp and offset >= starting_offset (SPEC 5)."""
+        """First record with ts >= timestamp and offset >= starting_offset (SPEC 5).
+        A malformed batch raises CorruptRecordError naming the segment and offset."""
         if starting_offset is None:
             starting_offset = self.base_offset
         entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
         for pos, hdr in self.iter_batch_headers(position):
             if hdr.max_timestamp >= timestamp and hdr.base_offset + hdr.last_offset_delta >= starting_offset:
-                data = self.read_bytes(pos, hdr.batch_length + LOG_OVERHEAD)
-                found = _first_at_or_after(data, 0, hdr, timestamp, starting_offset)
+                found = self._search_batch(pos, hdr, timestamp, starting_offset)
                 if found is not None:
                     return OffsetAndTimestamp(*found)
         return None
@@ -342,12 +346,19 @@ class LogSegment:
         position = self.offset_index.lookup(self._max_ts_offset).position
         for pos, hdr in self.iter_batch_headers(position):
             if hdr.max_timestamp == target:
-                data = self.read_bytes(pos, hdr.batch_length + LOG_OVERHEAD)
-                for rec in _iter_records(data, 0, hdr):
-                    if rec.timestamp == target:
-                        return OffsetAndTimestamp(rec.offset, rec.timestamp)
-                return None
+                found = self._search_batch(pos, hdr, target, -(1 << 63))
+                return None if found is None else OffsetAndTimestamp(*found)
         return None
+
+    def _search_batch(self, pos: int, hdr, timestamp: int, starting_offset: int):
+        data = self.read_bytes(pos, hdr.batch_length + LOG_OVERHEAD)
+        try:
+            return _first_at_or_after(data, 0, hdr, timestamp, starting_offset,
+                                      max_decompressed=READ_MAX_DECOMPRESSED)
+        except _records.RecordFormatError as e:
+            raise CorruptRecordError(
+                f"segment {self.log_path}: the batch at offset {hdr.base_offset} (position {pos}) "
+                f"cannot be read: {e}") from None
 
     # ------------------------------------------------------------------ rolling
     def _first_batch_timestamp(self) -> int:

@@ -25,6 +25,7 @@ from protocol.messages import FetchResponse
 
 from broker.errors import error_code_for
 from storage import errors as se
+from storage.segment import READ_MAX_DECOMPRESSED
 
 log = logging.getLogger("chronolog.fetch")
 
@@ -81,13 +82,33 @@ def _read_all(ctx, version, request):
             size = len(records)
             if down_magic is not None and size:
                 try:
-                    records = rec.down_convert(records.read(), down_magic, first_offset=p.fetch_offset)
+                    records = rec.down_convert(records.read(), down_magic, first_offset=p.fetch_offset,
+                                               max_decompressed=READ_MAX_DECOMPRESSED)
                 except rec.UnsupportedCompressionTypeError as exc:
                     log.info("fetch v%d of %s-%d: %s", version, t.topic, index, exc)
                     parts.append(
                         _partition_error(
                             index,
                             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                            data.high_watermark,
+                            data.high_watermark,
+                            data.log_start_offset,
+                        )
+                    )
+                    had_error = True
+                    continue
+                except rec.RecordFormatError as exc:
+                    # a malformed batch already stored (before the produce path walked every
+                    # record, or damaged behind a valid CRC): CORRUPT_MESSAGE, as Kafka's
+                    # down-conversion failure, and one line naming the segment and offset
+                    seg = plog.segment_for(p.fetch_offset)
+                    log.warning("fetch v%d of %s-%d at offset %d: cannot down-convert a batch of segment %s: %s",
+                                version, t.topic, index, p.fetch_offset,
+                                seg.log_path if seg is not None else plog.dir, exc)
+                    parts.append(
+                        _partition_error(
+                            index,
+                            ErrorCode.CORRUPT_MESSAGE,
                             data.high_watermark,
                             data.high_watermark,
                             data.log_start_offset,

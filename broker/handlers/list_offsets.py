@@ -77,7 +77,10 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return _resp(index, 0, plog.log_start_offset, -1)
     if ts == MAX_TIMESTAMP:
-        found = plog.offset_of_max_timestamp()
+        try:
+            found = plog.offset_of_max_timestamp()
+        except se.StorageError as exc:
+            return _read_failed(plog, index, exc)
         if found is None:
             return _resp(index, 0, -1, -1)
         return _resp(index, 0, found[0], found[1])
@@ -89,12 +92,21 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
     try:
         found = plog.offset_for_timestamp(ts)
     except se.StorageError as exc:
-        return _resp(index, error_code_for(exc))
+        return _read_failed(plog, index, exc)
     if metrics is not None:  # time-index lookups: count and latency
         metrics.time_index_lookup(perf_counter() - started)
     if found is None:
         return _resp(index, 0, -1, -1)
     return _resp(index, 0, found[0], found[1])
+
+
+def _read_failed(plog, index, exc):
+    """A batch the search had to read is malformed (stored before the produce path
+    walked every record, or damaged behind a valid CRC): the partition answers the
+    error code (CORRUPT_MESSAGE), one log line names the segment and offset."""
+    code = error_code_for(exc)
+    log.warning("ListOffsets on %s-%d answered %s: %s", plog.topic, plog.partition, ErrorCode(code).name, exc)
+    return _resp(index, code)
 
 
 def _offsets_before(ctx, plog, timestamp, max_num_offsets):

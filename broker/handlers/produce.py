@@ -14,6 +14,15 @@ mapped by broker.errors).  Transactional batches: without a transactional id the
 request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis.handleProduceRequest);
 with one, each partition answers INVALID_TXN_STATE (no transaction coordinator here, so
 no transaction can be ongoing).
+
+Validation (``storage.validator``) walks every record; a compressed batch is walked as
+it decompresses.  The first ``SYNC_DECOMPRESS_BUDGET`` bytes of decompressed output per
+partition are walked here, on the event loop (every ordinary batch fits); past that the
+rest of the walk runs in the broker's validation thread (``ctx.offload``) and this
+request's handler waits for it, so a compression bomb never stalls other connections.
+The connection processes no other request meanwhile (it keeps Kafka's order) and its
+receive buffer is left alone (``broker.connection``), so the batch is still patched in
+place.  Partitions are appended in request order either way.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from protocol.messages import ProduceResponse
 
 from broker.errors import error_code_for
 from storage import errors as se
+from storage.validator import analyze_records
 
 log = logging.getLogger("chronolog.produce")
 
@@ -81,18 +91,79 @@ def handle(ctx, header, request):
             )
         return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
 
+    items = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+    results: list = []
+    for i, (topic, partition, records) in enumerate(items):
+        r = _append_one(ctx, lm, version, topic, partition, records)
+        if isinstance(r, _Deferred):
+            return _append_rest_async(ctx, lm, version, request, acks, items, i, r, results)
+        results.append(r)
+    return _respond(ctx, request, acks, results)
+
+
+#: decompressed bytes of one partition's batches walked on the event loop before the rest
+#: of the walk moves to the validation thread
+SYNC_DECOMPRESS_BUDGET = 2 * 1024 * 1024
+
+
+class _Deferred:
+    """A partition whose validation continues off the event loop."""
+
+    __slots__ = ("plog", "analysis", "topic", "partition", "records")
+
+    def __init__(self, plog, analysis, topic, partition, records):
+        self.plog = plog
+        self.analysis = analysis
+        self.topic = topic
+        self.partition = partition
+        self.records = records
+
+
+async def _append_rest_async(ctx, lm, version, request, acks, items, i, deferred, results):
+    while True:
+        results.append(await _finish_deferred(ctx, deferred))
+        i += 1
+        deferred = None
+        while i < len(items):
+            topic, partition, records = items[i]
+            r = _append_one(ctx, lm, version, topic, partition, records)
+            if isinstance(r, _Deferred):
+                deferred = r
+                break
+            results.append(r)
+            i += 1
+        if deferred is None:
+            return _respond(ctx, request, acks, results)
+
+
+async def _finish_deferred(ctx, d: _Deferred):
+    try:
+        await ctx.offload(d.analysis.complete)
+    except se.StorageError as exc:
+        return _refused(d.topic, d.partition, exc)
+    return _append_analyzed(ctx, d.plog, d.analysis, d.topic, d.partition, d.records)
+
+
+def _respond(ctx, request, acks, results):
     metrics = ctx.metrics
+    responses = []
+    it = iter(results)
     for t in request.topic_data:
-        name = t.name
-        parts = []
-        for p in t.partition_data:
-            parts.append(_append_one(ctx, lm, version, name, p.index, p.records))
-        responses.append(TopicResponse(name=name, partition_responses=parts))
+        parts = [next(it) for _ in t.partition_data]
+        responses.append(TopicResponse(name=t.name, partition_responses=parts))
         if metrics is not None:
-            metrics.produce_topic(name, any(r.error_code for r in parts))
+            metrics.produce_topic(t.name, any(r.error_code for r in parts))
     if acks == 0:
         return None
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+def _refused(topic, partition, exc):
+    code = error_code_for(exc)
+    if isinstance(exc, se.StorageError):
+        log.info("rejected produce to %s-%d: %s (%s)", topic, partition, exc, ErrorCode(code).name)
+        return _error(partition, code, str(exc), getattr(exc, "record_errors", ()) or ())
+    return _error(partition, code, f"{type(exc).__name__}: {exc}")
 
 
 def _append_one(ctx, lm, version, topic, partition, records):
@@ -106,17 +177,21 @@ def _append_one(ctx, lm, version, topic, partition, records):
         return _error(partition, code, str(exc))
     try:
         plog = lm.get_log(topic, partition)
-        info = plog.append(records, in_place=True)
-    except se.InvalidTimestampError as exc:
-        log.info("rejected produce to %s-%d: %s", topic, partition, exc)
-        return _error(partition, ErrorCode.INVALID_TIMESTAMP, str(exc), getattr(exc, "record_errors", ()) or ())
-    except se.StorageError as exc:
-        code = error_code_for(exc)
-        log.info("rejected produce to %s-%d: %s (%s)", topic, partition, exc, ErrorCode(code).name)
-        return _error(partition, code, str(exc))
+        analysis = analyze_records(records, config=plog.config, now_ms=ctx.clock.time_ms(), in_place=True,
+                                   max_records_bytes=ctx.config.socket_request_max_bytes,
+                                   budget=SYNC_DECOMPRESS_BUDGET)
     except Exception as exc:  # never crash the connection on one partition's failure
-        code = error_code_for(exc)
-        return _error(partition, code, f"{type(exc).__name__}: {exc}")
+        return _refused(topic, partition, exc)
+    if analysis.pending:
+        return _Deferred(plog, analysis, topic, partition, records)
+    return _append_analyzed(ctx, plog, analysis, topic, partition, records)
+
+
+def _append_analyzed(ctx, plog, analysis, topic, partition, records):
+    try:
+        info = plog.append_analysis(analysis)
+    except Exception as exc:
+        return _refused(topic, partition, exc)
     if info.duplicate:
         log.debug("duplicate produce to %s-%d answered with the original base offset %d",
                   topic, partition, info.base_offset)
