@@ -479,3 +479,133 @@ def test_errors_are_storage_errors():
         assert issubclass(exc, E.StorageError)
     e = E.InvalidTimestampError("m", [(1, "x")])
     assert e.record_errors == [(1, "x")] and str(e) == "m"
+
+
+# ----------------------------------------------------------------------------- the walk
+# (issue: batches whose headers disagree with their records were acknowledged)
+
+from protocol import compression as _C  # noqa: E402
+from storage.validator import analyze_records  # noqa: E402
+
+
+def _zz(v: int) -> bytes:
+    u = ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _raw_record(ts_delta=0, off_delta=0, key=b"k", value=b"v") -> bytes:
+    body = b"\x00" + _zz(ts_delta) + _zz(off_delta)
+    body += _zz(-1) if key is None else _zz(len(key)) + key
+    body += _zz(len(value)) + value + _zz(0)
+    return _zz(len(body)) + body
+
+
+def forged(records: bytes, count: int, *, codec=0, max_ts=None, last_offset_delta=None) -> bytes:
+    """A v2 batch around ``records`` (compressed with ``codec``) whose header says
+    ``count`` records, with a correct CRC: what a buggy or hostile client can send."""
+    b = bytearray(R.build_batch([(NOW, b"k", b"v")]))[:R.HEADER_SIZE]
+    b += _C.compress(codec, records) if codec else records
+    struct.pack_into(">i", b, 8, len(b) - R.LOG_OVERHEAD)
+    struct.pack_into(">h", b, 21, codec)
+    struct.pack_into(">i", b, 23, count - 1 if last_offset_delta is None else last_offset_delta)
+    struct.pack_into(">q", b, 27, NOW)
+    struct.pack_into(">q", b, 35, NOW if max_ts is None else max_ts)
+    struct.pack_into(">i", b, 57, count)
+    R._rewrite_crc(b, 0)
+    return bytes(b)
+
+
+THREE = b"".join(_raw_record(i, i) for i in range(3))
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("count", [1, 2, 4, 2**31 - 1])
+def test_count_that_disagrees_with_the_records_is_refused(codec, count):
+    with pytest.raises(E.InvalidRecordError):
+        run(forged(THREE, count, codec=codec))
+    assert run(forged(THREE, 3, codec=codec)).record_count == 3
+
+
+@pytest.mark.parametrize("bad", [
+    _zz(-7) + b"\x00" * 10,                       # negative record length
+    _raw_record()[:-1],                            # record cut short
+    _zz(4) + b"\x00\x00\x00" + _zz(30),           # key length past the record
+])
+def test_malformed_record_inside_is_refused(bad):
+    with pytest.raises(E.InvalidRecordError):
+        run(forged(_raw_record(0, 0) + bad, 2))
+
+
+def test_batch_length_cut_by_one_byte_under_a_recomputed_crc():
+    b = bytearray(forged(THREE, 3))
+    b = b[:-1]
+    struct.pack_into(">i", b, 8, len(b) - R.LOG_OVERHEAD)
+    R._rewrite_crc(b, 0)
+    with pytest.raises(E.InvalidRecordError):
+        run(bytes(b))
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+def test_header_max_timestamp_comes_from_the_records(codec):
+    res = run(forged(THREE, 3, codec=codec, max_ts=NOW + 10**9))
+    assert res.max_timestamp == NOW + 2 and header(res).max_timestamp == NOW + 2
+    assert R.verify_crc(res.buffer, 0, header(res))
+
+
+@pytest.mark.parametrize("codec", [0, 1, 4])
+def test_offset_deltas_not_consecutive_are_rebuilt(codec):
+    recs = _raw_record(0, 0, value=b"a") + _raw_record(1, 7, value=b"b") + _raw_record(2, 3, value=b"c")
+    res = run(forged(recs, 3, codec=codec), next_offset=100)
+    h = header(res)
+    assert h.compression == codec and R.verify_crc(res.buffer, 0, h)
+    got = list(R.iter_records(res.buffer, 0, h))
+    assert [(r.offset, r.timestamp, r.value) for r in got] == [
+        (100, NOW, b"a"), (101, NOW + 1, b"b"), (102, NOW + 2, b"c")]
+    assert (res.base_offset, res.last_offset, res.record_count) == (100, 102, 3)
+
+
+def test_compacted_topic_refuses_records_without_a_key():
+    recs = _raw_record(0, 0) + _raw_record(1, 1, key=None) + _raw_record(2, 2, key=None)
+    with pytest.raises(E.InvalidRecordError) as ei:
+        run(forged(recs, 3), cfg(compact=True))
+    assert [i for i, _ in ei.value.record_errors] == [1, 2]
+    assert run(forged(recs, 3), cfg(compact=False)).record_count == 3
+    assert run(forged(THREE, 3), cfg(compact=True)).record_count == 3
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4])
+def test_decompressed_records_over_the_bound_are_too_large(codec):
+    big = _raw_record(0, 0, value=b"\0" * (3 << 20))
+    data = forged(big, 1, codec=codec)
+    assert len(data) < 200_000
+    with pytest.raises(E.MessageTooLargeError):
+        run(data, max_records_bytes=1 << 20)
+    assert run(data, max_records_bytes=4 << 20).record_count == 1
+
+
+def test_zeros_bomb_is_refused_at_its_first_record():
+    data = forged(b"\0" * (64 << 20), 5, codec=4)
+    with pytest.raises(E.InvalidRecordError):
+        run(data)
+
+
+def test_budget_leaves_the_rest_of_the_walk_pending():
+    recs = b"".join(_raw_record(i, i, value=bytes(1000)) for i in range(3000))
+    data = forged(recs, 3000, codec=1)
+    a = analyze_records(data, config=cfg(), now_ms=NOW, budget=300_000)
+    assert a.pending and 0 < a.decompressed_bytes < len(recs)
+    a.complete()
+    assert not a.pending and a.decompressed_bytes == len(recs)
+    res = a.assign(7)
+    assert (res.base_offset, res.last_offset) == (7, 3006)
+    # a malformed tail found only after the budget still refuses the batch
+    bad = forged(recs + _raw_record(0, 3000), 3000, codec=1)
+    a = analyze_records(bad, config=cfg(), now_ms=NOW, budget=300_000)
+    assert a.pending
+    with pytest.raises(E.InvalidRecordError):
+        a.complete()
