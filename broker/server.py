@@ -119,6 +119,12 @@ class BrokerServer:
                                                  cfg.log_flush_start_offset_checkpoint_interval_ms,
                                                  lm.checkpoint_log_start_offsets)),
         ]
+        from protocol import record_walk
+
+        if not record_walk.COMPILED:
+            log.warning("the compiled record walker (protocol/_recwalk.c) is not built: every produced "
+                        "record is checked in pure Python, ~250x slower; reinstall with a C compiler "
+                        "(pip install .) to build it")
         log.info(
             "Chronolog listening on %s:%d (node.id=%d, cluster.id=%s, log.dirs=%s)",
             bound[0],
