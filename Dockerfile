@@ -9,12 +9,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/chronolog
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY protocol ./protocol
 COPY storage ./storage
 COPY config ./config
 COPY broker ./broker
-RUN pip install .
+# gcc only for the install: it compiles the record walker (protocol/_recwalk.c)
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && pip install . \
+ && apt-get purge -y --auto-remove gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 
 # A fixed non-root uid/gid, owner of the data volume.
 RUN groupadd --system --gid 10001 chronolog \
@@ -51,9 +56,11 @@ CMD ["serve"]
 FROM broker AS tests
 USER root
 RUN apt-get update \
- && apt-get install -y --no-install-recommends kcat \
+ && apt-get install -y --no-install-recommends kcat gcc libc6-dev \
+ && pip install '.[test]' \
+ && python setup.py -q build_ext --inplace \
+ && apt-get purge -y --auto-remove gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
-RUN pip install '.[test]'
 COPY tests ./tests
 RUN chown -R chronolog:chronolog /opt/chronolog
 USER chronolog:chronolog
