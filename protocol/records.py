@@ -65,7 +65,7 @@ __all__ = [
     "set_log_append_time",
     "set_max_timestamp",
     "iter_records",
-    "record_timestamps",
+    "walk_batch",
     "build_batch",
     "iter_legacy_entries",
     "parse_legacy",
@@ -416,127 +416,6 @@ def iter_records(buf, pos: int = 0, header: BatchHeader | None = None, *,
     return _decode(data, header.records_count, header.base_offset, header.base_timestamp, lat, True)
 
 
-def _scan_timestamps(data, count: int, base_ts: int) -> list[int]:
-    """Lean walk over ``count`` records returning their timestamps; structure is
-    checked (sizes, header counts, exact record lengths) but nothing is copied.
-    1- and 2-byte varints (the common case) are decoded inline."""
-    rv = _read_varint
-    end = len(data)
-    out = []
-    append = out.append
-    p = 0
-    try:
-        for _ in range(count):
-            b = data[p]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                b2 = data[p + 1]
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    length = (u >> 1) ^ -(u & 1)
-                    p += 2
-                else:
-                    length, p = rv(data, p)
-            start = p
-            rec_end = p + length
-            if length < 0 or rec_end > end:
-                raise InvalidRecordError(f"invalid record length {length}")
-            p += 1  # attributes
-            b = data[p]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                b2 = data[p + 1]
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    ts_delta = (u >> 1) ^ -(u & 1)
-                    p += 2
-                else:
-                    ts_delta, p = rv(data, p)
-            b = data[p]
-            if b < 0x80:
-                _off = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                b2 = data[p + 1]
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    _off = (u >> 1) ^ -(u & 1)
-                    p += 2
-                else:
-                    _off, p = rv(data, p)
-            b = data[p]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                b2 = data[p + 1]
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    klen = (u >> 1) ^ -(u & 1)
-                    p += 2
-                else:
-                    klen, p = rv(data, p)
-            if klen > 0:
-                p += klen
-            b = data[p]
-            if b < 0x80:
-                vlen = (b >> 1) ^ -(b & 1)
-                p += 1
-            else:
-                b2 = data[p + 1]
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    vlen = (u >> 1) ^ -(u & 1)
-                    p += 2
-                else:
-                    vlen, p = rv(data, p)
-            if vlen > 0:
-                p += vlen
-            if data[p] == 0:
-                p += 1
-            else:
-                nh, p = rv(data, p)
-                if nh < 0:
-                    raise InvalidRecordError(f"invalid number of record headers {nh}")
-                for _h in range(nh):
-                    hk, p = rv(data, p)
-                    if hk < 0:
-                        raise InvalidRecordError(f"invalid negative header key size {hk}")
-                    p += hk
-                    hv, p = rv(data, p)
-                    if hv > 0:
-                        p += hv
-            if p != rec_end:
-                raise InvalidRecordError(
-                    f"invalid record size: expected {length} bytes in record payload, read {p - start}")
-            append(base_ts + ts_delta)
-    except IndexError:
-        raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
-    if p != end:
-        raise InvalidRecordError(
-            f"incorrect declared batch size, {end - p} bytes remaining after {count} records")
-    return out
-
-
-def record_timestamps(buf, pos: int, header: BatchHeader, *,
-                      max_decompressed: int | None = None) -> list[int]:
-    """Timestamps of every record of the batch (validates record structure, copies
-    no keys / values).  LogAppendTime batches: every entry is maxTimestamp."""
-    if header.records_count < 0:
-        raise InvalidRecordError(f"invalid recordsCount {header.records_count}")
-    data = _batch_payload(buf, pos, header, max_decompressed)
-    if isinstance(data, memoryview):
-        data = data.tobytes() if len(data) < (1 << 16) else data
-    stamps = _scan_timestamps(data, header.records_count, header.base_timestamp)
-    if header.attributes & TIMESTAMP_TYPE_MASK:
-        return [header.max_timestamp] * len(stamps)
-    return stamps
-
-
 def _record_pieces(buf, pos: int, header: BatchHeader, max_decompressed: int | None):
     """The batch's records bytes: the payload itself, or its decompressed output in
     pieces (bounded memory; errors as CorruptRecordError / DecompressedTooLargeError)."""
@@ -560,18 +439,24 @@ def _record_pieces(buf, pos: int, header: BatchHeader, max_decompressed: int | N
             f"cannot decompress {_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
 
 
-def _walk_streamed(buf, pos: int, header: BatchHeader, max_decompressed: int | None) -> None:
-    """Check the batch's record structure (``protocol.record_walk``) on its records as
-    they decompress; raises InvalidRecordError / CorruptRecordError."""
+def walk_batch(buf, pos: int, header: BatchHeader, *, max_decompressed: int | None = None):
+    """Walk the batch's records with ``protocol.record_walk`` (every length and varint
+    checked, the count exact), decompressing in pieces: bounded memory.  Returns
+    ``(max_timestamp, index_of_max, deltas_ok)``; a LogAppendTime batch's max is its
+    header's.  Raises InvalidRecordError / CorruptRecordError."""
     from protocol.record_walk import WALK_ERRORS, RecordWalker
 
-    walker = RecordWalker(header.records_count, header.base_timestamp, True)
+    lat = bool(header.attributes & TIMESTAMP_TYPE_MASK)
+    walker = RecordWalker(header.records_count, header.base_timestamp, lat)
     try:
         for piece in _record_pieces(buf, pos, header, max_decompressed):
             walker.feed(piece)
-        walker.finish()
+        max_ts, index_of_max, deltas_ok, _bad, _nulls = walker.finish()
     except WALK_ERRORS as e:
         raise InvalidRecordError(f"batch at position {pos}: {e}") from None
+    if lat:
+        return header.max_timestamp, 0, deltas_ok
+    return max_ts, index_of_max, deltas_ok
 
 
 def first_record_at_or_after(buf, pos: int, header: BatchHeader, target_ts: int,
@@ -1081,7 +966,7 @@ def down_convert(v2_bytes, to_magic: int, *, first_offset: int = 0,
         if codec:
             # walk the records as they decompress first: a malformed or oversized batch
             # fails here in bounded memory instead of being decoded whole
-            _walk_streamed(v2_bytes, pos - size, header, max_decompressed)
+            walk_batch(v2_bytes, pos - size, header, max_decompressed=max_decompressed)
         recs = list(iter_records(v2_bytes, pos - size, header, max_decompressed=max_decompressed))
         if codec == 0:
             recs = [r for r in recs if r.offset >= first_offset]

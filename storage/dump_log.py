@@ -632,14 +632,13 @@ def _check_time_entry(path, err, report, fd, file_size, offset_entries, base, ts
         return
     try:
         if found.header is not None:
-            stamps = R.record_timestamps(found.data, 0, found.header)
+            max_ts = R.walk_batch(found.data, 0, found.header)[0]
         else:
-            stamps = [r.timestamp for r in R.parse_legacy(found.data, verify_crc=False)]
+            max_ts = max((r.timestamp for r in R.parse_legacy(found.data, verify_crc=False)), default=-1)
     except Exception as e:
         err.write(f"Could not read the records of the batch at position {found.position} "
                   f"to check {path}: {e}\n")
         return
-    max_ts = max(stamps, default=-1)
     if max_ts < -1:
         max_ts = -1
     if max_ts != ts:

@@ -81,7 +81,13 @@ def replay(log_manager, coordinator) -> int:
                 offset = header.last_offset + 1
                 if header.is_control:
                     continue
-                for r in rec.iter_records(buf, pos, header):
+                try:
+                    records = list(rec.iter_records(buf, pos, header))
+                except rec.RecordFormatError as exc:  # damaged behind a valid CRC: skip the batch
+                    log.warning("%s-%d: skipping the unreadable batch at offset %d: %s",
+                                OFFSETS_TOPIC, p, header.base_offset, exc)
+                    continue
+                for r in records:
                     if r.key is None:
                         continue
                     count += 1

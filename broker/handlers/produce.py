@@ -166,7 +166,13 @@ def _refused(topic, partition, exc):
     return _error(partition, code, f"{type(exc).__name__}: {exc}")
 
 
+#: Kafka's internal topics: only the broker writes them (ReplicaManager refuses clients)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
 def _append_one(ctx, lm, version, topic, partition, records):
+    if topic in INTERNAL_TOPICS:
+        return _error(partition, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic}")
     if records is None or len(records) == 0:
         return _error(partition, ErrorCode.INVALID_RECORD, "the partition's record set is empty")
     try:

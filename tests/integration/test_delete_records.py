@@ -415,7 +415,12 @@ def test_internal_topic_refused(broker_factory):
     no other test sees a __consumer_offsets topic."""
     b = broker_factory({"auto.create.topics.enable": "false"})
     create_topic(b.bootstrap, "__consumer_offsets")
-    produce("ck", b.bootstrap, "__consumer_offsets", make_records(3, now_ms()))  # kafka-python refuses internal topics
+    # clients cannot append to an internal topic either (ReplicaManager.appendToLocalLog)
+    from tests.integration.helpers import build_v2_batch, parse_produce_response_v3, produce_request_v3
+
+    with RawConn(b.port) as conn:
+        body = conn.request(0, 3, produce_request_v3("__consumer_offsets", 0, build_v2_batch(make_records(3, now_ms()))), 5)
+    assert parse_produce_response_v3(body)[("__consumer_offsets", 0)][0] == INVALID_TOPIC_EXCEPTION
     assert delete_one(b.port, "__consumer_offsets", 1) == (-1, INVALID_TOPIC_EXCEPTION)
     assert beginning_offset(b.bootstrap, "__consumer_offsets") == 0
 

@@ -210,7 +210,7 @@ def test_lat_record_timestamps_from_max_timestamp():
     h = R.parse_batch_header(buf)
     assert h.timestamp_type == 1 and h.max_timestamp == 555
     assert [r.timestamp for r in R.iter_records(buf, 0, h)] == [555] * 4
-    assert R.record_timestamps(buf, 0, h) == [555] * 4
+    assert R.walk_batch(buf, 0, h)[0] == 555
 
 
 def test_record_structure_errors():
