@@ -413,3 +413,16 @@ def test_malformed_batch_already_in_a_segment_is_answered_not_raised(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "offset 3" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_frame_larger_than_the_read_ahead_mark_is_read_whole(hardening_broker):
+    """A 70 MiB request (over the 64 MiB read-ahead mark, under socket.request.max.bytes)
+    is read to its end and answered; the connection does not stall."""
+    b = hardening_broker
+    topic = H.create_topic(b.bootstrap, H.unique_topic("huge"))
+    now = H.now_ms()
+    big = forge(raw_record(0, 0, b"k", b"\0" * (70 << 20)), 1, now, now)
+    with RawConn(b.port, timeout=60) as conn:
+        p = produce(conn, topic, big)
+        assert p.error_code == MESSAGE_TOO_LARGE  # max.message.bytes is 1 MiB
+        assert list_offset(conn, topic, -1).offset == 0

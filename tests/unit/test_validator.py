@@ -609,3 +609,11 @@ def test_budget_leaves_the_rest_of_the_walk_pending():
     assert a.pending
     with pytest.raises(E.InvalidRecordError):
         a.complete()
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+def test_log_append_time_topics_walk_the_records_too(codec):
+    with pytest.raises(E.InvalidRecordError):
+        run(forged(THREE, 4, codec=codec), cfg("LogAppendTime"))
+    res = run(forged(THREE, 3, codec=codec, max_ts=5), cfg("LogAppendTime"), now=NOW + 50)
+    assert res.max_timestamp == NOW + 50 and header(res).timestamp_type == 1
