@@ -323,23 +323,10 @@ class Record(NamedTuple):
 
 
 def _batch_payload(buf, pos: int, header: BatchHeader, max_size: int | None = None):
-    end = pos + header.batch_length + LOG_OVERHEAD
-    if end > len(buf):
-        raise CorruptRecordError(f"batch at position {pos} is truncated")
-    payload = memoryview(buf)[pos + HEADER_SIZE:end]
-    codec = header.compression
-    if codec == 0:
-        return payload
-    if codec > 4:
-        raise CorruptRecordError(f"unknown compression codec id {codec} in batch attributes")
-    try:
-        return _compression.decompress(codec, payload, max_size=max_size)
-    except _compression.DecompressedSizeError as e:
-        raise DecompressedTooLargeError(
-            f"{_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
-    except CompressionError as e:
-        raise CorruptRecordError(
-            f"cannot decompress {_compression.CODEC_NAMES[codec]} batch at position {pos}: {e}") from None
+    """The batch's records bytes whole: the payload itself (uncompressed) or its
+    decompressed output joined (see :func:`_record_pieces`)."""
+    pieces = list(_record_pieces(buf, pos, header, max_size))
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _decode(data, count: int, base_offset: int, base_ts: int, lat: int | None,

@@ -31,6 +31,7 @@ from protocol import compression as C
 from protocol import records as R
 from protocol.messages import FetchRequest, ListOffsetsRequest, ProduceRequest, RequestHeader
 
+from tests.forge import forge_batch, raw_record as _record, set_length_and_crc, zz
 from tests.integration import helpers as H
 from tests.integration.helpers import RawConn
 
@@ -80,32 +81,12 @@ def api_versions_rtt(port: int) -> float:
 
 # ----------------------------------------------------------------------------- forging
 
-def zz(v: int) -> bytes:
-    u = ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 def raw_record(ts_delta: int, off_delta: int, key: bytes | None, value: bytes) -> bytes:
-    body = b"\x00" + zz(ts_delta) + zz(off_delta)
-    body += zz(-1) if key is None else zz(len(key)) + key
-    body += zz(len(value)) + value + zz(1) + zz(1) + b"h" + zz(2) + b"hv"
-    return zz(len(body)) + body
+    return _record(ts_delta, off_delta, key, value, headers=[(b"h", b"hv")])
 
 
-def forge(records: bytes, count: int, base_ts: int, max_ts: int, codec_id: int = 0,
-          last_offset_delta: int | None = None) -> bytes:
-    """A v2 batch with a correct CRC around ``records`` whose header says ``count``."""
-    payload = C.compress(codec_id, records) if codec_id else records
-    body = struct.pack(">hiqqqhii", codec_id, count - 1 if last_offset_delta is None else last_offset_delta,
-                       base_ts, max_ts, -1, -1, -1, count) + payload
-    head = struct.pack(">qiib", 0, len(body) + 9, -1, 2)
-    crc = R.compute_crc(head + b"\0\0\0\0" + body, 0, len(head) + 4 + len(body))
-    return head + struct.pack(">I", crc) + body
+def forge(records: bytes, count: int, base_ts: int, max_ts: int, codec_id: int = 0) -> bytes:
+    return forge_batch(records, count, base_ts=base_ts, max_ts=max_ts, codec=codec_id)
 
 
 KINDS = ["honest", "count_high", "count_low", "count_huge", "negative_length", "cut_one_byte",
@@ -147,10 +128,7 @@ def cases(draw):
     max_ts = true_max + draw(st.integers(1, 10**9)) if kind == "max_ts_lie" else true_max
     batch = forge(data, count, now, max_ts, codec_id)
     if kind == "cut_one_byte":
-        body = bytearray(batch[:-1])
-        struct.pack_into(">i", body, 8, len(body) - 12)
-        R._rewrite_crc(body, 0)
-        batch = bytes(body)
+        batch = set_length_and_crc(bytearray(batch)[:-1])
     return kind, codec_id, batch
 
 
@@ -268,10 +246,7 @@ def bombs(now: int) -> list[tuple[str, bytes]]:
 
 
 def forge_payload(payload: bytes, codec_id: int, count: int, now: int) -> bytes:
-    body = struct.pack(">hiqqqhii", codec_id, count - 1, now, now, -1, -1, -1, count) + payload
-    head = struct.pack(">qiib", 0, len(body) + 9, -1, 2)
-    crc = R.compute_crc(head + b"\0\0\0\0" + body, 0, len(head) + 4 + len(body))
-    return head + struct.pack(">I", crc) + body
+    return forge_batch(b"", count, base_ts=now, codec=codec_id, compressed=payload)
 
 
 @pytest.mark.slow

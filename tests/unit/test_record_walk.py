@@ -12,6 +12,8 @@ from protocol import records as R
 from protocol import record_walk as W
 from protocol.record_walk import PyRecordWalker, PyWalkError
 
+from tests.forge import raw_record as record, zz
+
 NOW = 1_700_000_000_000
 
 
@@ -20,28 +22,6 @@ def test_the_compiled_walker_is_built_by_the_install():
     # fall back to the reference, ~250x slower
     assert W.COMPILED
     assert W.RecordWalker is not PyRecordWalker
-
-
-def zz(v: int) -> bytes:
-    u = ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def record(ts_delta=0, off_delta=0, key=b"k", value=b"v", headers=(), attrs=0) -> bytes:
-    body = bytearray([attrs])
-    body += zz(ts_delta) + zz(off_delta)
-    body += zz(-1) if key is None else zz(len(key)) + key
-    body += zz(-1) if value is None else zz(len(value)) + value
-    body += zz(len(headers))
-    for hk, hv in headers:
-        body += zz(len(hk)) + hk
-        body += zz(-1) if hv is None else zz(len(hv)) + hv
-    return zz(len(body)) + bytes(body)
 
 
 def run(walker_cls, data: bytes, count: int, pieces=None, **kw):

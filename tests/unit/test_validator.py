@@ -486,38 +486,12 @@ def test_errors_are_storage_errors():
 
 from protocol import compression as _C  # noqa: E402
 from storage.validator import analyze_records  # noqa: E402
-
-
-def _zz(v: int) -> bytes:
-    u = ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def _raw_record(ts_delta=0, off_delta=0, key=b"k", value=b"v") -> bytes:
-    body = b"\x00" + _zz(ts_delta) + _zz(off_delta)
-    body += _zz(-1) if key is None else _zz(len(key)) + key
-    body += _zz(len(value)) + value + _zz(0)
-    return _zz(len(body)) + body
+from tests.forge import forge_batch, raw_record as _raw_record, set_length_and_crc, zz as _zz  # noqa: E402
 
 
 def forged(records: bytes, count: int, *, codec=0, max_ts=None, last_offset_delta=None) -> bytes:
-    """A v2 batch around ``records`` (compressed with ``codec``) whose header says
-    ``count`` records, with a correct CRC: what a buggy or hostile client can send."""
-    b = bytearray(R.build_batch([(NOW, b"k", b"v")]))[:R.HEADER_SIZE]
-    b += _C.compress(codec, records) if codec else records
-    struct.pack_into(">i", b, 8, len(b) - R.LOG_OVERHEAD)
-    struct.pack_into(">h", b, 21, codec)
-    struct.pack_into(">i", b, 23, count - 1 if last_offset_delta is None else last_offset_delta)
-    struct.pack_into(">q", b, 27, NOW)
-    struct.pack_into(">q", b, 35, NOW if max_ts is None else max_ts)
-    struct.pack_into(">i", b, 57, count)
-    R._rewrite_crc(b, 0)
-    return bytes(b)
+    return forge_batch(records, count, base_ts=NOW, max_ts=max_ts, codec=codec,
+                       last_offset_delta=last_offset_delta)
 
 
 THREE = b"".join(_raw_record(i, i) for i in range(3))
@@ -542,12 +516,9 @@ def test_malformed_record_inside_is_refused(bad):
 
 
 def test_batch_length_cut_by_one_byte_under_a_recomputed_crc():
-    b = bytearray(forged(THREE, 3))
-    b = b[:-1]
-    struct.pack_into(">i", b, 8, len(b) - R.LOG_OVERHEAD)
-    R._rewrite_crc(b, 0)
+    cut = set_length_and_crc(bytearray(forged(THREE, 3))[:-1])
     with pytest.raises(E.InvalidRecordError):
-        run(bytes(b))
+        run(cut)
 
 
 @pytest.mark.parametrize("codec", [0, 3])
