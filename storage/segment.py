@@ -92,7 +92,6 @@ def _parse_header(buf, pos: int):
 
 
 _verify_crc = _records.verify_crc
-_iter_records = _records.iter_records
 _first_at_or_after = _records.first_record_at_or_after
 
 

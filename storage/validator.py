@@ -85,10 +85,6 @@ def _wrap64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-_SAFE_LO = -(1 << 62)
-_SAFE_HI = 1 << 62
-
-
 def _ts_out_of_range(ts: int, now: int, before: int, after: int) -> bool:
     # Kafka computes this with Java longs; reproduce the wrap-around exactly.
     diff = _wrap64(now - ts)

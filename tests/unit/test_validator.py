@@ -484,7 +484,6 @@ def test_errors_are_storage_errors():
 # ----------------------------------------------------------------------------- the walk
 # (issue: batches whose headers disagree with their records were acknowledged)
 
-from protocol import compression as _C  # noqa: E402
 from storage.validator import analyze_records  # noqa: E402
 from tests.forge import forge_batch, raw_record as _raw_record, set_length_and_crc, zz as _zz  # noqa: E402
 
