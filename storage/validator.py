@@ -306,7 +306,6 @@ class _V2Analysis(Analysis):
         self.config = config
         self.now = now
         self.in_place = in_place
-        self.max_records_bytes = max_records_bytes
         self.decompressed_bytes = 0
         self._concluded = False
         batches = _shallow_v2(mv, config.max_message_bytes)
@@ -434,7 +433,6 @@ class _V2Analysis(Analysis):
             buf = bytearray(b"".join(parts))
         else:
             spans = [(w.pos, w.h) for w in walks]
-            total = walks[-1].pos + walks[-1].h.size
             buf = None
         total = spans[-1][0] + spans[-1][1].size
         seg = getattr(self.config, "segment_bytes", None)
