@@ -86,22 +86,100 @@ def _parse_listener_list(name: str, value: str) -> list[tuple[str, str, int]]:
 
 def validate_listeners(name: str, value: Any) -> None:
     eps = _parse_listener_list(name, value)
-    if not any(ep[0] == "PLAINTEXT" for ep in eps):
-        raise ConfigError(name, value, "must contain a PLAINTEXT listener (NAME://host:port)")
+    if not eps:
+        raise ConfigError(name, value, "at least one listener (NAME://host:port) is needed")
     names = [ep[0] for ep in eps]
     if len(set(names)) != len(names):
         raise ConfigError(name, value, "Each listener must have a different name")
+    ports = [ep[2] for ep in eps if ep[2]]
+    if len(set(ports)) != len(ports):
+        raise ConfigError(name, value, "Each listener must have a different port")
 
 
 def validate_advertised_listeners(name: str, value: Any) -> None:
     eps = _parse_listener_list(name, value)
-    if not any(ep[0] == "PLAINTEXT" for ep in eps):
-        raise ConfigError(name, value, "must contain a PLAINTEXT listener (NAME://host:port)")
+    names = [ep[0] for ep in eps]
+    if len(set(names)) != len(names):
+        raise ConfigError(name, value, "Each listener must have a different name")
     for ep in eps:
         if ep[1] == "0.0.0.0":
             raise ConfigError(
                 name, value, "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address."
             )
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+
+
+def parse_protocol_map(name: str, value: Any) -> dict[str, str]:
+    """``INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL`` -> {"INTERNAL": "PLAINTEXT", ...}."""
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in str(value or "").split(",")):
+        if not item:
+            continue
+        listener, sep, proto = item.partition(":")
+        listener, proto = listener.strip().upper(), proto.strip().upper()
+        if not sep or not listener or proto not in SECURITY_PROTOCOLS:
+            raise ConfigError(name, value, "Map entry '" + item + "' is not of the form LISTENER_NAME:PROTOCOL "
+                              "with PROTOCOL one of " + ", ".join(SECURITY_PROTOCOLS))
+        if listener in out:
+            raise ConfigError(name, value, "Map entry '" + listener + "' is duplicated")
+        out[listener] = proto
+    return out
+
+
+def validate_protocol_map(name: str, value: Any) -> None:
+    parse_protocol_map(name, value)
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def validate_mechanisms(name: str, value: Any) -> None:
+    for mech in value:
+        if mech not in SASL_MECHANISMS:
+            raise ConfigError(name, value, f"SASL mechanism {mech} is not supported by Chronolog (supported: "
+                              + ", ".join(SASL_MECHANISMS) + ")")
+
+
+SSL_CLIENT_AUTH = ("required", "requested", "none")
+TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
+
+
+def validate_tls_protocols(name: str, value: Any) -> None:
+    for p in value:
+        if p not in TLS_PROTOCOLS:
+            raise ConfigError(name, value, f"TLS protocol {p} is not supported (supported: " + ", ".join(TLS_PROTOCOLS) + ")")
+
+
+def validate_authorizer(name: str, value: Any) -> None:
+    if value and value not in (STANDARD_AUTHORIZER, ACL_AUTHORIZER):
+        raise ConfigError(name, value, "Chronolog's authorizer implements " + STANDARD_AUTHORIZER
+                          + " (and the older " + ACL_AUTHORIZER + "); leave it empty for no authorization")
+
+
+def parse_ip_overrides(name: str, value: Any) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count``."""
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in str(value or "").split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+        if not sep or not host or n < 0:
+            raise ConfigError(name, value, "entries must be host:count with count >= 0, got '" + item + "'")
+        out[host.strip()] = n
+    return out
+
+
+def validate_ip_overrides(name: str, value: Any) -> None:
+    parse_ip_overrides(name, value)
 
 
 LOG_FORMATS = ("text", "json")
@@ -158,6 +236,37 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("socket.receive.buffer.bytes", T.INT, 100 * 1024, None),
     ConfigKey("socket.listen.backlog.size", T.INT, 50, Range.at_least(1)),
     ConfigKey("connections.max.idle.ms", T.LONG, 10 * 60 * 1000, None),
+    ConfigKey("listener.security.protocol.map", T.STRING, DEFAULT_PROTOCOL_MAP, validate_protocol_map),
+    ConfigKey("max.connections", T.INT, INT_MAX, Range.at_least(0)),
+    ConfigKey("max.connections.per.ip", T.INT, INT_MAX, Range.at_least(0)),
+    ConfigKey("max.connections.per.ip.overrides", T.STRING, "", validate_ip_overrides),
+    # security: SASL
+    ConfigKey("sasl.enabled.mechanisms", T.LIST, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+              validate_mechanisms),  # chronolog: Kafka GSSAPI (Kerberos is not implemented)
+    ConfigKey("sasl.server.max.receive.size", T.INT, 524288, Range.at_least(1)),
+    ConfigKey("connections.max.reauth.ms", T.LONG, 0, Range.at_least(0)),
+    ConfigKey("connection.failed.authentication.delay.ms", T.INT, 100, Range.at_least(0)),
+    # security: TLS (PEM key material; Kafka's JKS/PKCS12 stores are refused with a message)
+    ConfigKey("ssl.keystore.type", T.STRING, "JKS", None),
+    ConfigKey("ssl.keystore.location", T.STRING, None, None),
+    ConfigKey("ssl.keystore.password", T.PASSWORD, None, None),
+    ConfigKey("ssl.keystore.certificate.chain", T.PASSWORD, None, None),
+    ConfigKey("ssl.keystore.key", T.PASSWORD, None, None),
+    ConfigKey("ssl.key.password", T.PASSWORD, None, None),
+    ConfigKey("ssl.truststore.type", T.STRING, "JKS", None),
+    ConfigKey("ssl.truststore.location", T.STRING, None, None),
+    ConfigKey("ssl.truststore.password", T.PASSWORD, None, None),
+    ConfigKey("ssl.truststore.certificates", T.PASSWORD, None, None),
+    ConfigKey("ssl.protocol", T.STRING, "TLSv1.3", None),
+    ConfigKey("ssl.enabled.protocols", T.LIST, ["TLSv1.2", "TLSv1.3"], validate_tls_protocols),
+    ConfigKey("ssl.cipher.suites", T.LIST, [], None),
+    ConfigKey("ssl.client.auth", T.STRING, "none", ValidString(SSL_CLIENT_AUTH)),
+    ConfigKey("ssl.principal.mapping.rules", T.STRING, "DEFAULT", None),
+    ConfigKey("ssl.endpoint.identification.algorithm", T.STRING, "https", None),
+    # security: authorization
+    ConfigKey("authorizer.class.name", T.STRING, "", validate_authorizer),
+    ConfigKey("super.users", T.STRING, "", None),
+    ConfigKey("allow.everyone.if.no.acl.found", T.BOOLEAN, False, None),
     ConfigKey("queued.max.requests", T.INT, 500, Range.at_least(1)),
     ConfigKey("queued.max.request.bytes", T.LONG, -1, None),
     ConfigKey("num.network.threads", T.INT, 3, Range.at_least(1)),
@@ -230,6 +339,45 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
 _KEYS: dict[str, ConfigKey] = {k.name: k for k in BROKER_KEYS}
 _ATTRS: dict[str, ConfigKey] = {k.attr: k for k in BROKER_KEYS}
 
+# ``listener.name.<listener>.<property>``: per-listener values (Kafka's ListenerName
+# prefix). These properties may be given per listener, besides ``<mechanism>.sasl.jaas.config``
+# and ``<mechanism>.connections.max.reauth.ms``; any other suffix is reported as unknown.
+_LISTENER_PREFIX_RE = re.compile(r"^listener\.name\.([A-Za-z0-9_\-]+)\.(.+)$")
+LISTENER_OVERRIDABLE = frozenset(
+    {k.name for k in BROKER_KEYS if k.name.startswith("ssl.")}
+    | {"sasl.enabled.mechanisms", "sasl.server.max.receive.size", "connections.max.reauth.ms",
+       "max.connections", "connection.failed.authentication.delay.ms"}
+)
+_MECH_PROPS = {"sasl.jaas.config": ConfigKey("sasl.jaas.config", T.PASSWORD, None, None),
+               "connections.max.reauth.ms": _KEYS["connections.max.reauth.ms"]}
+_MECH_PREFIXES = tuple(m.lower() + "." for m in SASL_MECHANISMS) + ("gssapi.", "oauthbearer.")
+
+
+def listener_property_key(name: str) -> Optional[tuple[str, str, ConfigKey]]:
+    """``listener.name.sasl_ssl.plain.sasl.jaas.config`` -> ("SASL_SSL",
+    "plain.sasl.jaas.config", key) when the suffix may be set per listener, else None."""
+    m = _LISTENER_PREFIX_RE.match(name)
+    if not m:
+        return None
+    listener, prop = m.group(1).upper(), m.group(2)
+    if prop in LISTENER_OVERRIDABLE:
+        return listener, prop, _KEYS[prop]
+    for pre in _MECH_PREFIXES:
+        if prop.startswith(pre) and prop[len(pre):] in _MECH_PROPS:
+            return listener, prop, _MECH_PROPS[prop[len(pre):]]
+    return None
+
+
+class ListenerSpec(BaseModel):
+    """One configured listener: where it binds, what it advertises, its protocol."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+    advertised_host: Optional[str] = None
+    advertised_port: Optional[int] = None
+
 # Real Kafka broker properties (typical in a Kafka server.properties) that have no
 # meaning for a single-node Chronolog broker: accepted, reported as ignored (not unknown).
 IGNORED_KAFKA_PROPERTIES = frozenset(
@@ -239,7 +387,6 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "controller.quorum.bootstrap.servers",
         "controller.listener.names",
         "inter.broker.listener.name",
-        "listener.security.protocol.map",
         "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
@@ -270,7 +417,8 @@ _ENV_TO_PROP.update({env_var_name(n): n for n in IGNORED_KAFKA_PROPERTIES})
 
 
 def _annotation(key: ConfigKey) -> Any:
-    base = {T.INT: int, T.LONG: int, T.BOOLEAN: bool, T.STRING: str, T.DOUBLE: float, T.LIST: list[str]}[key.type]
+    base = {T.INT: int, T.LONG: int, T.BOOLEAN: bool, T.STRING: str, T.PASSWORD: str, T.DOUBLE: float,
+            T.LIST: list[str]}[key.type]
     return Optional[base] if key.default is None else base
 
 
@@ -290,6 +438,9 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
     (see :data:`BROKER_KEYS`); construct with :func:`load_broker_config`, or directly
     with python names or Kafka names as keyword arguments (tests)."""
 
+    # listener.name.<LISTENER>.<property> values: {"SASL_SSL": {"ssl.keystore.location": ...}}
+    listener_props: dict = Field(default_factory=dict)
+
     _sources: dict = PrivateAttr(default_factory=dict)
     _unknown: dict = PrivateAttr(default_factory=dict)
     _ignored: dict = PrivateAttr(default_factory=dict)
@@ -302,7 +453,16 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
         if not isinstance(data, Mapping):
             return data
         values: dict[str, Any] = {}
+        per_listener: dict[str, dict[str, Any]] = {}
         for raw_key, value in data.items():
+            if raw_key == "listener_props":
+                for lname, props in (value or {}).items():
+                    per_listener.setdefault(lname.upper(), {}).update(props)
+                continue
+            lk = listener_property_key(raw_key)
+            if lk is not None:
+                per_listener.setdefault(lk[0], {})[lk[1]] = lk[2].parse(value)
+                continue
             key = _KEYS.get(raw_key) or _ATTRS.get(raw_key)
             if key is None:
                 raise ConfigError(raw_key, value, "Unknown broker config name")
@@ -320,10 +480,26 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
                 raise ConfigError(
                     "node.id", values["node.id"], f"You must set `node.id` to the same value as `broker.id` ({values['broker.id']})."
                 )
-        return {_KEYS[n].attr: v for n, v in values.items()}
+        out = {_KEYS[n].attr: v for n, v in values.items()}
+        if per_listener:
+            out["listener_props"] = per_listener
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> "BrokerConfig":
+        protocols = parse_protocol_map("listener.security.protocol.map", self.listener_security_protocol_map)
+        names = []
+        for name, _host, _port in _parse_listener_list("listeners", self.listeners):
+            if name not in protocols:
+                raise ConfigError("listener.security.protocol.map", self.listener_security_protocol_map,
+                                  f"No security protocol defined for listener {name}")
+            names.append(name)
+        if self.advertised_listeners:
+            for name, _host, _port in _parse_listener_list("advertised.listeners", self.advertised_listeners):
+                if name not in names:
+                    raise ConfigError("advertised.listeners", self.advertised_listeners,
+                                      f"advertised.listeners listener names must be equal to or a subset of the "
+                                      f"ones defined in listeners; {name} is not in listeners")
         if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
             raise ConfigError(
                 "queued.max.request.bytes", self.queued_max_request_bytes,
@@ -352,7 +528,8 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
         if not self._sources:
             self._sources = {k.name: "default" for k in BROKER_KEYS}
             for attr in self.model_fields_set:
-                self._sources[_ATTRS[attr].name] = "override"
+                if attr in _ATTRS:
+                    self._sources[_ATTRS[attr].name] = "override"
 
     # ------------------------------------------------------------------ derived values
 
@@ -397,27 +574,50 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
         v = self.log_message_timestamp_after_max_ms
         return v if v != LONG_MAX else self.log_message_timestamp_difference_max_ms
 
-    def listener(self) -> tuple[str, int]:
-        """(host, port) of the first PLAINTEXT listener; an empty host means all
-        interfaces (returned as "0.0.0.0"); port 0 asks for an ephemeral port."""
+    def listener_specs(self) -> list[ListenerSpec]:
+        """Every listener in ``listeners`` order, with its security protocol (from
+        ``listener.security.protocol.map``) and its ``advertised.listeners`` entry. An
+        empty bind host means all interfaces ("0.0.0.0"); an unset or wildcard
+        advertised host becomes this machine's canonical host name when bound to all
+        interfaces, else the bind host; an advertised port 0 or an unset one means the
+        port actually bound."""
+        protocols = parse_protocol_map("listener.security.protocol.map", self.listener_security_protocol_map)
+        advertised = {}
+        if self.advertised_listeners:
+            advertised = {n: (h, p) for n, h, p in
+                          _parse_listener_list("advertised.listeners", self.advertised_listeners)}
+        out = []
         for name, host, port in _parse_listener_list("listeners", self.listeners):
-            if name == "PLAINTEXT":
-                return (host or "0.0.0.0", port)
-        raise ConfigError("listeners", self.listeners, "must contain a PLAINTEXT listener")  # pragma: no cover
+            bind = host or "0.0.0.0"
+            adv_host, adv_port = advertised.get(name, (None, None))
+            if not adv_host:
+                adv_host = socket.getfqdn() if bind in ("0.0.0.0", "::") else bind
+            out.append(ListenerSpec(name=name, protocol=protocols[name], host=bind, port=port,
+                                    advertised_host=adv_host, advertised_port=adv_port or None))
+        return out
+
+    def listener_value(self, listener: str, prop: str) -> Any:
+        """``listener.name.<listener>.<prop>`` if set, else the broker-wide ``prop``
+        (``<mechanism>.sasl.jaas.config`` has no broker-wide value: None)."""
+        props = self.listener_props.get(listener.upper(), {})
+        if prop in props:
+            return props[prop]
+        if prop in _KEYS:
+            return getattr(self, _KEYS[prop].attr)
+        if prop.endswith(".connections.max.reauth.ms"):
+            return self.connections_max_reauth_ms
+        return None
+
+    def listener(self) -> tuple[str, int]:
+        """(host, port) of the first listener; an empty host means all interfaces
+        (returned as "0.0.0.0"); port 0 asks for an ephemeral port."""
+        spec = self.listener_specs()[0]
+        return (spec.host, spec.port)
 
     def advertised_listener(self) -> tuple[str, int]:
-        """(host, port) to advertise: the first PLAINTEXT ``advertised.listeners`` entry,
-        else the listener. A wildcard host (empty, 0.0.0.0, ::) becomes this machine's
-        canonical host name, as Kafka does for an empty host. Port 0 means "the port the
-        listener actually bound"."""
-        if self.advertised_listeners:
-            for name, host, port in _parse_listener_list("advertised.listeners", self.advertised_listeners):
-                if name == "PLAINTEXT":
-                    return (host or socket.getfqdn(), port)
-        host, port = self.listener()
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()
-        return (host, port)
+        """(host, port) the first listener advertises (port 0: the port it bound)."""
+        spec = self.listener_specs()[0]
+        return (spec.advertised_host, spec.advertised_port or spec.port)
 
     # ------------------------------------------------------------------ sources / describe
 
@@ -431,7 +631,7 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
         ignored: dict[str, tuple[str, str]] = {}
         for source, props in layers:
             for name, value in props.items():
-                if name in _KEYS:
+                if name in _KEYS or listener_property_key(name) is not None:
                     merged[name] = value
                     sources[name] = source
                 elif name in IGNORED_KAFKA_PROPERTIES:

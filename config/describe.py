@@ -48,7 +48,7 @@ SOURCE_NAMES = {
 }
 
 # DescribeConfigsResponse.ConfigType ids
-CONFIG_TYPE_IDS = {T.BOOLEAN: 1, T.STRING: 2, T.INT: 3, T.LONG: 5, T.DOUBLE: 6, T.LIST: 7}
+CONFIG_TYPE_IDS = {T.BOOLEAN: 1, T.STRING: 2, T.INT: 3, T.LONG: 5, T.DOUBLE: 6, T.LIST: 7, T.PASSWORD: 9}
 
 _TOPIC_KEYS = {k.name: k for k in TOPIC_KEYS}
 
@@ -283,7 +283,11 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
         if not per_broker:
             syns = [s for s in syns if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
         source = syns[0].source if syns else DEFAULT_CONFIG
-        out.append(Entry(name, value, source, False, name not in DYNAMIC_BROKER_CONFIGS,
+        sensitive = key.type == T.PASSWORD
+        if sensitive:  # Kafka never returns a password's value, nor a synonym's
+            value = None
+            syns = [Synonym(s.name, None, s.source) for s in syns]
+        out.append(Entry(name, value, source, sensitive, name not in DYNAMIC_BROKER_CONFIGS,
                          syns if include_synonyms else [], CONFIG_TYPE_IDS.get(key.type, 0),
                          broker_doc(name) if include_documentation else None))
     return out

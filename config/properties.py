@@ -199,6 +199,7 @@ class ConfigType:
     LONG = "LONG"
     DOUBLE = "DOUBLE"
     LIST = "LIST"
+    PASSWORD = "PASSWORD"  # a STRING never shown: describe answers null, errors say [hidden]
 
 
 def java_trim(s: str) -> str:
@@ -242,6 +243,8 @@ def parse_value(name: str, value: Any, type_: str) -> Any:
             raise ConfigError(name, value, "Expected value to be either true or false")
         if type_ == ConfigType.STRING:
             return trimmed
+        if type_ == ConfigType.PASSWORD:
+            return value  # ConfigDef keeps a Password untrimmed
         if type_ == ConfigType.INT:
             return _parse_integer(name, trimmed, INT_MIN, INT_MAX, "INT")
         if type_ == ConfigType.LONG:
@@ -276,8 +279,9 @@ def parse_value(name: str, value: Any, type_: str) -> Any:
         if isinstance(value, (list, tuple)):
             return [str(v) for v in value]
         raise ConfigError(name, value, "Expected a comma separated list.")
-    if type_ == ConfigType.STRING:
-        raise ConfigError(name, value, "Expected value to be a string")
+    if type_ in (ConfigType.STRING, ConfigType.PASSWORD):
+        raise ConfigError(name, "[hidden]" if type_ == ConfigType.PASSWORD else value,
+                          "Expected value to be a string")
     raise AssertionError(type_)
 
 
@@ -390,5 +394,10 @@ class ConfigKey:
                 return None
             raise ConfigError(self.name, None, "Value must be non-null")
         if self.validator is not None:
-            self.validator(self.name, v)
+            try:
+                self.validator(self.name, v)
+            except ConfigError as exc:
+                if self.type == ConfigType.PASSWORD:  # never echo a secret
+                    raise ConfigError(exc.name, "[hidden]", exc.rule) from None
+                raise
         return v

@@ -434,8 +434,8 @@ def walk_batch(buf, pos: int, header: BatchHeader, *, max_decompressed: int | No
     from protocol.record_walk import WALK_ERRORS, RecordWalker
 
     lat = bool(header.attributes & TIMESTAMP_TYPE_MASK)
-    walker = RecordWalker(header.records_count, header.base_timestamp, lat)
     try:
+        walker = RecordWalker(header.records_count, header.base_timestamp, lat)
         for piece in _record_pieces(buf, pos, header, max_decompressed):
             walker.feed(piece)
         max_ts, index_of_max, deltas_ok, _bad, _nulls = walker.finish()

@@ -63,7 +63,7 @@ def test_every_key_has_a_field():
     for k in BROKER_KEYS:
         assert k.attr in fields
         assert fields[k.attr].alias == k.name
-    assert len(fields) == len(BROKER_KEYS)
+    assert len(fields) == len(BROKER_KEYS) + 1  # + listener_props (listener.name.<l>.<property>)
 
 
 PROPS = r"""
@@ -301,18 +301,64 @@ def test_broker_id_and_node_id():
         ("PLAINTEXT://0.0.0.0:9092", ("0.0.0.0", 9092)),
         ("PLAINTEXT://[::1]:9093", ("::1", 9093)),
         ("plaintext://h:1", ("h", 1)),
-        ("SSL://h:1,PLAINTEXT://p:2", ("p", 2)),
+        ("SSL://h:1,PLAINTEXT://p:2", ("h", 1)),  # the first listener
     ],
 )
 def test_listener_parsing(listeners, expected):
     assert load([f"listeners={listeners}"]).listener() == expected
 
 
-@pytest.mark.parametrize("bad", ["localhost:9092", "PLAINTEXT://h", "PLAINTEXT://h:99999", "SSL://h:1", "PLAINTEXT://a:1,PLAINTEXT://b:2"])
+@pytest.mark.parametrize("bad", ["localhost:9092", "PLAINTEXT://h", "PLAINTEXT://h:99999", "PLAINTEXT://a:1,PLAINTEXT://b:2",
+                                 "PLAINTEXT://a:1,SSL://b:1", ""])
 def test_listener_errors(bad):
     with pytest.raises(ConfigError) as ei:
         load([f"listeners={bad}"])
     assert ei.value.name == "listeners"
+
+
+def test_listener_needs_a_security_protocol():
+    with pytest.raises(ConfigError, match="No security protocol defined for listener EXTERNAL") as ei:
+        load(["listeners=EXTERNAL://h:1"])
+    assert ei.value.name == "listener.security.protocol.map"
+    with pytest.raises(ConfigError, match="LISTENER_NAME:PROTOCOL"):
+        load(["listener.security.protocol.map=A:TLS"])
+    with pytest.raises(ConfigError, match="subset") as ei:
+        load(["listeners=PLAINTEXT://h:1", "advertised.listeners=SSL://h:2"])
+    assert ei.value.name == "advertised.listeners"
+
+
+def test_listener_specs_and_per_listener_values():
+    cfg = load([
+        "listeners=INTERNAL://127.0.0.1:0,EXTERNAL://:9093",
+        "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
+        "advertised.listeners=EXTERNAL://kafka.example:19093",
+        "sasl.enabled.mechanisms=PLAIN",
+        "listener.name.external.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listener.name.external.plain.sasl.jaas.config=x required;",
+        "listener.name.external.ssl.key.password=secret",
+    ])
+    internal, external = cfg.listener_specs()
+    assert (internal.name, internal.protocol, internal.host, internal.port) == ("INTERNAL", "PLAINTEXT", "127.0.0.1", 0)
+    assert (internal.advertised_host, internal.advertised_port) == ("127.0.0.1", None)
+    assert (external.name, external.protocol, external.host, external.port) == ("EXTERNAL", "SASL_SSL", "0.0.0.0", 9093)
+    assert (external.advertised_host, external.advertised_port) == ("kafka.example", 19093)
+    assert cfg.listener_value("EXTERNAL", "sasl.enabled.mechanisms") == ["SCRAM-SHA-512"]
+    assert cfg.listener_value("INTERNAL", "sasl.enabled.mechanisms") == ["PLAIN"]
+    assert cfg.listener_value("external", "plain.sasl.jaas.config") == "x required;"
+    assert cfg.listener_value("INTERNAL", "plain.sasl.jaas.config") is None
+    assert "listener.name.external.ssl.key.password" not in cfg.unknown_properties
+    with pytest.raises(ConfigError, match="not supported"):
+        load(["listener.name.external.sasl.enabled.mechanisms=GSSAPI"])
+
+
+def test_password_values_are_never_shown():
+    from config.describe import BrokerLayers, broker_entries
+
+    cfg = load(["ssl.key.password=hunter2"])
+    entry = next(e for e in broker_entries(cfg, BrokerLayers(cfg), True, include_synonyms=True)
+                 if e.name == "ssl.key.password")
+    assert entry.is_sensitive and entry.value is None
+    assert all(s.value is None for s in entry.synonyms)
 
 
 def test_advertised_listener():
