@@ -379,7 +379,7 @@ def _parse_fields(
             versions=Versions.parse(rf.get("versions")),
             nullable_versions=Versions.parse(rf.get("nullableVersions", "none")),
             tagged_versions=Versions.parse(rf.get("taggedVersions", "none")),
-            tag=rf.get("tag"),
+            tag=None if rf.get("tag") is None else int(rf["tag"]),  # one schema writes "0"
             ignorable=bool(rf.get("ignorable", False)),
             flexible_versions=(
                 Versions.parse(rf["flexibleVersions"]) if "flexibleVersions" in rf else None
