@@ -64,10 +64,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "_pool",
         "_reserved",
         "_memory_paused",
+        "listener",
+        "session",
     )
 
-    def __init__(self, dispatcher: "Dispatcher") -> None:
+    def __init__(self, dispatcher: "Dispatcher", listener=None) -> None:
         self._dispatcher = dispatcher
+        self.listener = listener  # broker.security.listeners.Listener (None: in-process tests)
+        self.session = None  # broker.security.authenticator.Session, set when connected
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray(_INITIAL_BUFFER)
         self._view = memoryview(self._buf)
@@ -93,16 +97,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._peer = f"{peer[0]}:{peer[1]}"
             self.peer_host = f"/{peer[0]}"
         sock = transport.get_extra_info("socket")
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            sock = None  # TLS: sendfile would bypass the encryption; file slices are read and written
         if sock is not None:
             try:
                 self._sock_fd = sock.fileno()
             except Exception:  # pragma: no cover - defensive
                 self._sock_fd = -1
         self._dispatcher.connections.add(self)
+        if not self._dispatcher.connection_opened(self, ssl_object):
+            self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._dispatcher.connections.discard(self)
+        self._dispatcher.connection_closed(self)
         if self._pool is not None:
             self._pool.forget(self)
             self._release()

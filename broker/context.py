@@ -28,6 +28,12 @@ class BrokerContext:
     metrics: object = None
     # (topic, partition) -> futures of Fetch requests parked until data arrives
     fetch_waiters: dict = field(default_factory=dict)
+    # broker.security.listeners.Listener per configured listener (bound ports filled in)
+    listeners: list = field(default_factory=list)
+    # storage.scram_credentials.ScramCredentialStore (None in bare in-process contexts)
+    scram_store: object = None
+    # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
+    authorizer: object = None
     # worker threads for validation work too long for the event loop (created on first use)
     _offload_pool: object = None
 
@@ -47,6 +53,27 @@ class BrokerContext:
         pool, self._offload_pool = self._offload_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def authorize(self, session, op: int, rtype: int, name: str, api: str = "") -> bool:
+        """Whether the session's principal may do ``op`` on the resource; always True
+        without an authorizer (or without a session: in-process callers)."""
+        if self.authorizer is None or session is None:
+            return True
+        return self.authorizer.authorize(session, op, rtype, name, api)
+
+    def authorized_ops(self, session, rtype: int, name: str) -> int:
+        """Kafka's authorized-operations bitfield for the resource."""
+        from broker.security.authorizer import SUPPORTED_OPS
+
+        if self.authorizer is None or session is None:
+            return sum(1 << op for op in SUPPORTED_OPS.get(rtype, ()))
+        return self.authorizer.authorized_ops(session, rtype, name)
+
+    def endpoint(self, session=None) -> tuple[str, int]:
+        """(host, port) to advertise to a client: its listener's, else the first one's."""
+        if session is not None and session.listener is not None and session.listener.advertised_host:
+            return session.listener.endpoint()
+        return self.host, self.port
 
     def notify_append(self, topic: str, partition: int) -> None:
         waiters = self.fetch_waiters.pop((topic, partition), None)

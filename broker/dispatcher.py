@@ -49,10 +49,22 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     37: (0, 3, handlers.create_partitions.handle),
     44: (0, 1, handlers.incremental_alter_configs.handle),
     60: (0, 1, handlers.describe_cluster.handle),
+    29: (0, 3, handlers.acls.handle_describe),
+    30: (0, 3, handlers.acls.handle_create),
+    31: (0, 3, handlers.acls.handle_delete),
+    50: (0, 0, handlers.scram_credentials.handle_describe),
+    51: (0, 0, handlers.scram_credentials.handle_alter),
+    # served by broker.security.authenticator, never through a handler
+    17: (0, 1, None),
+    36: (0, 2, None),
 }
 
 # handlers that also take ``client_host=`` (the member's address in group metadata)
 NEEDS_CLIENT_HOST = frozenset({11})
+# handlers that take ``session=`` (who is asking, through which listener)
+TAKES_SESSION = frozenset(k for k, (_lo, _hi, h) in SUPPORTED.items()
+                          if h is not None and "session" in inspect.signature(h).parameters)
+SASL_KEYS = frozenset({17, 36})
 
 API_VERSIONS_KEY = 18
 
@@ -67,6 +79,46 @@ class Dispatcher:
         self.memory_pool = RequestMemoryPool(queued) if queued > 0 else None
         # broker.metrics.BrokerMetrics or None (metrics.port=0): request counts, errors, latency
         self.metrics = getattr(ctx, "metrics", None)
+        from broker.security.authenticator import Authenticator
+        from broker.security.limits import ConnectionLimits
+
+        self.authenticator = Authenticator(ctx, handlers.api_versions.handle)
+        self.limits = ConnectionLimits(ctx.config, self.metrics)
+
+    # -- connections -----------------------------------------------------------------------
+    def connection_opened(self, conn, ssl_object) -> bool:
+        """A new connection: its session (and a TLS client's principal), then the
+        connection limits. False closes it."""
+        from broker.security.authenticator import new_session
+        from broker.security.listeners import Listener
+
+        listener = conn.listener
+        if listener is None:  # an in-process test connection: one PLAINTEXT listener
+            listener = conn.listener = Listener(name="PLAINTEXT", protocol="PLAINTEXT", host=self.ctx.host,
+                                                port=self.ctx.port, advertised_host=self.ctx.host,
+                                                advertised_port=self.ctx.port)
+        ip = conn.peer_host[1:] if conn.peer_host.startswith("/") else conn.peer_host
+        conn.session = new_session(listener, ip)
+        if not self.limits.accept(conn, listener, ip):
+            return False
+        if ssl_object is not None:
+            from broker.security.tls import NoMatchingRule, subject_dn
+
+            cert = ssl_object.getpeercert()
+            if cert:
+                dn = subject_dn(cert)
+                try:
+                    name = listener.principal_mapper.name(dn)
+                except NoMatchingRule as exc:
+                    log.info("closing TLS connection from %s on listener %s: %s", conn._peer, listener.name, exc)
+                    return False
+                if not listener.sasl:
+                    conn.session.principal = "User:" + name
+        return True
+
+    def connection_closed(self, conn) -> None:
+        if conn.session is not None:
+            self.limits.release(conn)
 
     def dispatch(self, conn, frame: bytes):
         """Returns None (no response), a list of chunks, or an awaitable of chunks."""
@@ -77,6 +129,22 @@ class Dispatcher:
             conn.close()
             return None
         api_key, version = header.api_key, header.api_version
+        session = conn.session
+        if session is not None:
+            if not session.authenticated:
+                from broker.security.authenticator import SERVE
+
+                result = self.authenticator.handle_unauthenticated(conn, frame)
+                if result is not SERVE:
+                    return result
+            elif api_key in SASL_KEYS:
+                return self.authenticator.handle_authenticated(conn, header, offset, frame)
+            elif session.expires_at_ms is not None and self.authenticator.session_expired(session):
+                log.info("closing connection from %s on listener %s: its SASL session expired "
+                         "(connections.max.reauth.ms) and it did not re-authenticate",
+                         conn._peer, session.listener.name)
+                conn.close()
+                return None
         entry = SUPPORTED.get(api_key)
         if entry is None or not (entry[0] <= version <= entry[1]):
             if api_key == API_VERSIONS_KEY:
@@ -108,6 +176,8 @@ class Dispatcher:
         try:
             if api_key in NEEDS_CLIENT_HOST:
                 result = entry[2](self.ctx, header, request, client_host=conn.peer_host)
+            elif api_key in TAKES_SESSION:
+                result = entry[2](self.ctx, header, request, session=session)
             else:
                 result = entry[2](self.ctx, header, request)
         except Exception:

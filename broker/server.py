@@ -43,7 +43,11 @@ class BrokerServer:
 
     async def start(self) -> None:
         cfg = self.config
-        host, port = cfg.listener()
+        from broker.security.listeners import build_listeners
+        from storage.scram_credentials import ScramCredentialStore
+
+        listeners = build_listeners(cfg)  # ConfigError (TLS files, JAAS) before anything binds
+        host, port = listeners[0].host, listeners[0].port
         cluster_id = load_or_create_cluster_id(list(cfg.log_dirs), cfg.node_id)
         metrics = None
         if (getattr(cfg, "metrics_port", 0) or 0) > 0:
@@ -66,7 +70,15 @@ class BrokerServer:
             cluster_id=cluster_id,
             producer_ids=ProducerIdManager(os.path.join(cfg.log_dirs[0], "chronolog-producer-id-block")),
             metrics=metrics,
+            listeners=listeners,
+            scram_store=ScramCredentialStore(cfg.log_dirs[0]),
         )
+        if cfg.authorizer_class_name:
+            from broker.security.authorizer import Authorizer
+            from storage.acl_store import AclStore
+
+            ctx.authorizer = Authorizer(AclStore(cfg.log_dirs[0]), cfg.super_users,
+                                        cfg.allow_everyone_if_no_acl_found, metrics)
         self.dispatcher = Dispatcher(ctx)
         # group coordinator: replay __consumer_offsets before the first client connects
         from broker.coordinator.service import start_group_coordinator
@@ -74,21 +86,20 @@ class BrokerServer:
         ctx.group_coordinator = start_group_coordinator(ctx)
         self._tasks.append(asyncio.ensure_future(self._periodic(
             "offsets expiration", cfg.offsets_retention_check_interval_ms, ctx.group_coordinator.expire_offsets)))
-        self.server = await loop.create_server(
-            lambda: KafkaConnection(self.dispatcher),
-            host=host,
-            port=port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        bound = self.server.sockets[0].getsockname()
-        ctx.port = bound[1]
-        adv_host, adv_port = cfg.advertised_listener()
-        ctx.host = adv_host or host
-        if not adv_port:
-            ctx.port = bound[1]
-        else:
-            ctx.port = adv_port
+        self.servers = []
+        for lst in listeners:
+            server = await loop.create_server(
+                lambda lst=lst: KafkaConnection(self.dispatcher, lst),
+                host=lst.host,
+                port=lst.port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=lst.ssl_context,
+            )
+            self.servers.append(server)
+            lst.port = server.sockets[0].getsockname()[1]
+        self.server = self.servers[0]
+        ctx.host, ctx.port = listeners[0].endpoint()
         self.context = ctx
         self._tasks.append(asyncio.ensure_future(self._flush_loop()))
         lm = self.log_manager
@@ -126,9 +137,8 @@ class BrokerServer:
                         "record is checked in pure Python, ~250x slower; reinstall with a C compiler "
                         "(pip install .) to build it")
         log.info(
-            "Chronolog listening on %s:%d (node.id=%d, cluster.id=%s, log.dirs=%s)",
-            bound[0],
-            bound[1],
+            "Chronolog listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)",
+            ", ".join(f"{lst.host}:{lst.port} [{lst.name}/{lst.protocol}]" for lst in listeners),
             cfg.node_id,
             cluster_id,
             ",".join(cfg.log_dirs),
@@ -184,8 +194,8 @@ class BrokerServer:
         t0 = loop.time()
         drain_deadline = t0 + timeout_ms / 2000.0
         ctx = getattr(self, "context", None)
-        if self.server is not None:
-            self.server.close()
+        for server in getattr(self, "servers", []):
+            server.close()
         conns = list(self.dispatcher.connections) if self.dispatcher is not None else []
         for conn in conns:
             transport = conn._transport
@@ -225,9 +235,9 @@ class BrokerServer:
         for conn in conns:
             if conn._transport is not None and conn._transport.get_write_buffer_size():
                 conn._transport.abort()  # a client that does not read its responses
-        if self.server is not None:
+        for server in getattr(self, "servers", []):
             try:
-                await asyncio.wait_for(self.server.wait_closed(), timeout=max(0.1, close_deadline - loop.time()))
+                await asyncio.wait_for(server.wait_closed(), timeout=max(0.1, close_deadline - loop.time()))
             except asyncio.TimeoutError:  # pragma: no cover
                 log.warning("the listener did not close in time")
         if ctx is not None:

@@ -1,6 +1,7 @@
 """One module per Kafka API: ``handle(ctx, header, request) -> response | None | awaitable``."""
 
 from broker.handlers import (  # noqa: F401
+    acls,
     alter_configs,
     api_versions,
     create_partitions,
@@ -26,4 +27,5 @@ from broker.handlers import (  # noqa: F401
     list_offsets,
     metadata,
     produce,
+    scram_credentials,
 )

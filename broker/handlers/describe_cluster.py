@@ -17,7 +17,7 @@ _CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 BROKER_ENDPOINT = 1
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT) if header.api_version >= 1 else BROKER_ENDPOINT
     if endpoint_type not in (1, 2):
         return DescribeClusterResponse(
@@ -31,6 +31,7 @@ def handle(ctx, header, request):
             error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER",
             endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.cluster_id, controller_id=-1, brokers=[],
             cluster_authorized_operations=_UNKNOWN_OPS)
+    host, port = ctx.endpoint(session)
     ops = _CLUSTER_OPS if request.include_cluster_authorized_operations else _UNKNOWN_OPS
     return DescribeClusterResponse(
         throttle_time_ms=0,
@@ -39,6 +40,6 @@ def handle(ctx, header, request):
         endpoint_type=BROKER_ENDPOINT,
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
-        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node_id, host=ctx.host, port=ctx.port, rack=None)],
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node_id, host=host, port=port, rack=None)],
         cluster_authorized_operations=ops,
     )

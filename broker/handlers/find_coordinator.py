@@ -16,26 +16,27 @@ from protocol.messages import FindCoordinatorResponse
 _NO_TXN = "Chronolog has no transaction coordinator"
 
 
-def _answer(ctx, key: str, key_type: int):
+def _answer(ctx, key: str, key_type: int, session=None):
     """(error_code, error_message, node_id, host, port)"""
     if key_type == 0:
         if getattr(ctx, "group_coordinator", None) is None:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "the group coordinator is not loaded", -1, "", -1
-        return 0, None, ctx.node_id, ctx.host, ctx.port
+        host, port = ctx.endpoint(session)  # the listener the client came through
+        return 0, None, ctx.node_id, host, port
     if key_type == 1:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), _NO_TXN, -1, "", -1
     return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}", -1, "", -1
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     if header.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            code, msg, node, host, port = _answer(ctx, key, request.key_type)
+            code, msg, node, host, port = _answer(ctx, key, request.key_type, session)
             coordinators.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
     key_type = request.key_type if header.api_version >= 1 else 0
-    code, msg, node, host, port = _answer(ctx, request.key, key_type)
+    code, msg, node, host, port = _answer(ctx, request.key, key_type, session)
     return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=msg,
                                    node_id=node, host=host, port=port)

@@ -60,7 +60,7 @@ def _error_entry(name, code, topic_id=_NULL_UUID):
     )
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     version = header.api_version
     lm = ctx.log_manager
     cfg = ctx.config
@@ -98,9 +98,8 @@ def handle(ctx, header, request):
                 topics_out.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 topics_out.append(_topic_entry(ctx, info, version))
-    broker = MetadataResponse.MetadataResponseBroker(
-        node_id=ctx.node_id, host=ctx.host, port=ctx.port, rack=None
-    )
+    host, port = ctx.endpoint(session)  # the endpoints of the listener the client came through
+    broker = MetadataResponse.MetadataResponseBroker(node_id=ctx.node_id, host=host, port=port, rack=None)
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[broker],

@@ -1,0 +1,71 @@
+"""Kafka's ``sasl.jaas.config`` text: ``<LoginModule class> <flag> key="value" ... ;``.
+
+Only what a broker reads from it matters here: the PLAIN users (``user_<name>="password"``
+options of ``PlainLoginModule``). Values are quoted strings (``\\`` escapes the next
+character) or bare tokens. A malformed text raises ConfigError naming the property,
+never showing its value (it holds passwords).
+"""
+
+from __future__ import annotations
+
+import re
+
+from config.properties import ConfigError
+
+FLAGS = ("required", "requisite", "sufficient", "optional")
+_TOKEN = re.compile(r'\s*(?:"((?:\\.|[^"\\])*)"|([^\s=;"]+)|(=)|(;))', re.S)
+
+
+def parse_jaas(prop: str, text: str) -> list[tuple[str, str, dict[str, str]]]:
+    """``[(login module class, flag, {option: value})]``."""
+    tokens = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise ConfigError(prop, "[hidden]", f"JAAS config is malformed near character {pos}")
+        pos = m.end()
+        if m.group(1) is not None:
+            tokens.append(("str", re.sub(r"\\(.)", r"\1", m.group(1))))
+        elif m.group(2) is not None:
+            tokens.append(("word", m.group(2)))
+        elif m.group(3):
+            tokens.append(("=", "="))
+        else:
+            tokens.append((";", ";"))
+    modules = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i][0] != "word" or i + 1 >= len(tokens) or tokens[i + 1][1].lower() not in FLAGS:
+            raise ConfigError(prop, "[hidden]", "JAAS config entry must be '<LoginModule> <flag> [key=value ...];' "
+                              "with flag one of " + ", ".join(FLAGS))
+        module, flag = tokens[i][1], tokens[i + 1][1].lower()
+        i += 2
+        options = {}
+        while i < len(tokens) and tokens[i][0] != ";":
+            if i + 2 >= len(tokens) or tokens[i][0] != "word" or tokens[i + 1][0] != "=" or tokens[i + 2][0] not in ("str", "word"):
+                raise ConfigError(prop, "[hidden]", f"JAAS config option {i} of {module} is not key=value")
+            options[tokens[i][1]] = tokens[i + 2][1]
+            i += 3
+        if i >= len(tokens):
+            raise ConfigError(prop, "[hidden]", "JAAS config entry must end with ';'")
+        i += 1
+        modules.append((module, flag, options))
+    if not modules:
+        raise ConfigError(prop, "[hidden]", "JAAS config has no login module")
+    return modules
+
+
+def plain_users(prop: str, text: str | None) -> dict[str, str]:
+    """``{user: password}`` from the ``user_<name>`` options (PlainServerCallbackHandler)."""
+    if not text:
+        return {}
+    users = {}
+    for _module, _flag, options in parse_jaas(prop, text):
+        for key, value in options.items():
+            if key.startswith("user_"):
+                users[key[5:]] = value
+    return users

@@ -1,0 +1,83 @@
+"""The broker's listeners at run time: bound address, advertised endpoint, TLS context,
+SASL settings and principal mapping, built from ``BrokerConfig.listener_specs()`` and
+the listener's own values (``listener.name.<listener>.<property>`` over the broker's).
+
+Configuration problems raise ConfigError naming the property, before anything binds.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from typing import Optional
+
+from broker.security.jaas import plain_users
+from broker.security.tls import PrincipalMapper, build_server_context
+
+log = logging.getLogger("chronolog.security")
+
+
+@dataclass
+class Listener:
+    name: str
+    protocol: str  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    host: str
+    port: int  # the configured port; the bound one once started
+    advertised_host: str
+    advertised_port: Optional[int]
+    ssl_context: Optional[ssl.SSLContext] = None
+    mechanisms: list = field(default_factory=list)
+    plain_users: dict = field(default_factory=dict)
+    principal_mapper: Optional[PrincipalMapper] = None
+    max_receive_size: int = 524288
+    reauth_ms: int = 0
+    failed_auth_delay_ms: int = 100
+    max_connections: int = 2**31 - 1
+    reauth_by_mechanism: dict = field(default_factory=dict)  # <mechanism>.connections.max.reauth.ms
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def endpoint(self) -> tuple[str, int]:
+        """(host, port) clients of this listener are told to use."""
+        return self.advertised_host, self.advertised_port or self.port
+
+    def reauth_ms_for(self, mechanism: str) -> int:
+        """connections.max.reauth.ms for a session authenticated with ``mechanism``."""
+        return self.reauth_by_mechanism.get(mechanism, self.reauth_ms)
+
+
+def build_listeners(cfg) -> list[Listener]:
+    out = []
+    for spec in cfg.listener_specs():
+        def value(prop, _name=spec.name):
+            return cfg.listener_value(_name, prop)
+
+        lst = Listener(
+            name=spec.name, protocol=spec.protocol, host=spec.host, port=spec.port,
+            advertised_host=spec.advertised_host, advertised_port=spec.advertised_port,
+            max_receive_size=value("sasl.server.max.receive.size"),
+            reauth_ms=value("connections.max.reauth.ms"),
+            failed_auth_delay_ms=value("connection.failed.authentication.delay.ms"),
+            max_connections=value("max.connections"),
+        )
+        if lst.tls:
+            lst.ssl_context = build_server_context(value, spec.name)
+            lst.principal_mapper = PrincipalMapper(value("ssl.principal.mapping.rules"))
+        if lst.sasl:
+            lst.mechanisms = list(value("sasl.enabled.mechanisms"))
+            prop = f"listener.name.{spec.name.lower()}.plain.sasl.jaas.config"
+            lst.plain_users = plain_users(prop, value("plain.sasl.jaas.config"))
+            lst.reauth_by_mechanism = {m: value(f"{m.lower()}.connections.max.reauth.ms") for m in lst.mechanisms}
+            if "PLAIN" in lst.mechanisms and not lst.plain_users:
+                log.warning("listener %s enables SASL/PLAIN but has no users: set %s "
+                            "(org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>=\"<password>\";)",
+                            spec.name, prop)
+        out.append(lst)
+    return out

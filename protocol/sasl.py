@@ -1,0 +1,209 @@
+"""SASL server mechanisms, sans-IO: client tokens in, server tokens out.
+
+* PLAIN (RFC 4616): one token ``authzid NUL authcid NUL password``; Kafka's rules: exactly
+  three parts, the user and password not empty, an authorization id empty or the user.
+* SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677), as Kafka's ScramSaslServer: client
+  first message ``n,[a=authzid],n=user,r=nonce[,extensions]``, server first
+  ``r=nonce,s=salt,i=iterations``, client final ``c=biws,r=nonce,p=proof``, server final
+  ``v=signature``. No channel binding (``p=`` GS2 flags are refused).
+
+A mechanism is an object with ``evaluate(token) -> bytes``, ``complete`` and
+``username``. Wrong credentials raise :class:`SaslAuthenticationError` (its message goes
+to the client as it is, so it never says whether the user exists); a malformed token
+raises :class:`SaslFormatError`. Credentials are looked up through a callable given by
+the broker (``lookup(user) -> secret or None``); nothing here touches files or sockets.
+
+:func:`scram_credential` computes what the broker stores (salt, stored key, server key,
+iterations: never the password), as Kafka's ScramFormatter.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# Kafka's ScramMechanism: minimum iterations 4096; AlterUserScramCredentials caps at 16384
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+
+
+class SaslAuthenticationError(Exception):
+    """Wrong credentials: the message is what the client is told."""
+
+
+class SaslFormatError(Exception):
+    """A token that does not follow the mechanism's grammar."""
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """What the broker keeps for one user and mechanism (RFC 5802's stored values)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """Hi(Normalize(password), salt, i): PBKDF2 with the mechanism's HMAC."""
+    norm = unicodedata.normalize("NFKC", password)
+    return hashlib.pbkdf2_hmac(HASHES[mechanism], norm.encode("utf-8"), salt, iterations)
+
+
+def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+    h = HASHES[mechanism]
+    client_key = hmac.new(salted, b"Client Key", h).digest()
+    stored_key = hashlib.new(h, client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", h).digest()
+    return ScramCredential(salt, stored_key, server_key, iterations)
+
+
+def scram_credential(mechanism: str, password: str, iterations: int, salt: Optional[bytes] = None) -> ScramCredential:
+    salt = salt if salt is not None else os.urandom(32)
+    return credential_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
+
+
+# ---------------------------------------------------------------------- PLAIN
+
+class PlainServer:
+    """``lookup(user) -> password or None`` (the JAAS ``user_<name>`` entries)."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, lookup: Callable[[str], Optional[str]]) -> None:
+        self._lookup = lookup
+        self.complete = False
+        self.username: Optional[str] = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            text = bytes(token).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFormatError("Invalid SASL/PLAIN response: not UTF-8") from None
+        parts = text.split("\0")
+        if len(parts) != 3:
+            raise SaslFormatError(f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
+        authz, user, password = parts
+        if not user:
+            raise SaslAuthenticationError("Authentication failed: username not specified")
+        if not password:
+            raise SaslAuthenticationError("Authentication failed: password not specified")
+        expected = self._lookup(user)
+        # compare in constant time, and compare even for an unknown user
+        ok = hmac.compare_digest((expected or "\0unknown").encode("utf-8"), password.encode("utf-8"))
+        if expected is None or not ok:
+            raise SaslAuthenticationError("Authentication failed: Invalid username or password")
+        if authz and authz != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username")
+        self.username = user
+        self.complete = True
+        return b""
+
+
+# ---------------------------------------------------------------------- SCRAM
+
+_CLIENT_FIRST = re.compile(
+    r"^n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,"
+    r"(?P<bare>n=(?P<saslname>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+),"
+    r"r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)(?P<extensions>(?:,[A-Za-z]=[^,]*)*))$")
+_CLIENT_FINAL = re.compile(
+    r"^(?P<without_proof>c=(?P<channel>[A-Za-z0-9+/=]+),r=(?P<nonce>[\x21-\x2b\x2d-\x7e]+)"
+    r"(?:,[A-Za-z]=[^,]*)*),p=(?P<proof>[A-Za-z0-9+/=]+)$")
+
+
+def _saslname_to_user(name: str) -> str:
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class ScramServer:
+    """``lookup(user) -> ScramCredential or None``."""
+
+    def __init__(self, mechanism: str, lookup: Callable[[str], Optional[ScramCredential]]) -> None:
+        if mechanism not in HASHES:
+            raise ValueError(mechanism)
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
+        self._lookup = lookup
+        self.complete = False
+        self.username: Optional[str] = None
+        self._state = 0
+        self._first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._gs2 = ""
+        self._cred: Optional[ScramCredential] = None
+
+    def _fail(self) -> SaslAuthenticationError:
+        return SaslAuthenticationError("Authentication failed during authentication due to invalid credentials "
+                                       f"with SASL mechanism {self.mechanism}")
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            text = bytes(token).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFormatError("Invalid SCRAM message: not UTF-8") from None
+        if self._state == 0:
+            return self._first(text)
+        if self._state == 1:
+            return self._final(text)
+        raise SaslFormatError("Unexpected SCRAM message after the exchange completed")
+
+    def _first(self, text: str) -> bytes:
+        m = _CLIENT_FIRST.match(text)
+        if m is None:
+            if text.startswith(("p=", "y,")) or text[:2] == "p=":
+                raise SaslFormatError("Invalid SCRAM client first message: channel binding is not supported")
+            raise SaslFormatError("Invalid SCRAM client first message")
+        user = _saslname_to_user(m.group("saslname"))
+        authz = m.group("authzid")
+        if m.group("extensions") and "tokenauth=true" in m.group("extensions"):
+            raise self._fail()  # delegation tokens are not implemented
+        cred = self._lookup(user)
+        if cred is None:
+            raise self._fail()
+        if authz and _saslname_to_user(authz) != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username")
+        self._cred = cred
+        self.username = user
+        self._gs2 = text[: m.start("bare")]
+        self._first_bare = m.group("bare")
+        self._nonce = m.group("nonce") + base64.b64encode(os.urandom(24)).decode().rstrip("=").replace("+", "-")
+        self._server_first = f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},i={cred.iterations}"
+        self._state = 1
+        return self._server_first.encode()
+
+    def _final(self, text: str) -> bytes:
+        m = _CLIENT_FINAL.match(text)
+        if m is None:
+            raise SaslFormatError("Invalid SCRAM client final message")
+        if m.group("nonce") != self._nonce:
+            raise SaslFormatError("Invalid SCRAM client final message: nonce mismatch")
+        try:
+            channel = base64.b64decode(m.group("channel"), validate=True).decode("utf-8", "replace")
+            proof = base64.b64decode(m.group("proof"), validate=True)
+        except ValueError:
+            raise SaslFormatError("Invalid SCRAM client final message: bad base64") from None
+        if channel != self._gs2:
+            raise SaslFormatError("Invalid SCRAM client final message: channel binding does not match")
+        cred = self._cred
+        auth_message = f"{self._first_bare},{self._server_first},{m.group('without_proof')}".encode()
+        client_signature = hmac.new(cred.stored_key, auth_message, self._hash).digest()
+        if len(proof) != len(client_signature):
+            raise self._fail()
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature))
+        if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), cred.stored_key):
+            raise self._fail()
+        server_signature = hmac.new(cred.server_key, auth_message, self._hash).digest()
+        self._state = 2
+        self.complete = True
+        return b"v=" + base64.b64encode(server_signature)

@@ -1,0 +1,106 @@
+"""``scram-credentials``: the SCRAM credentials of SASL users, durable.
+
+One file in the first log dir. Never a password: per user and mechanism the salt, the
+stored key, the server key and the iteration count (RFC 5802), as Kafka keeps them in
+its metadata. Format (UTF-8 text, ``\\n`` line ends)::
+
+    chronolog-scram-credentials 1                     <- magic and version
+    alice SCRAM-SHA-256 4096 <salt> <stored key> <server key>
+    bob%20smith SCRAM-SHA-512 8192 <salt> <stored key> <server key>
+
+The user name is percent-encoded (RFC 3986 unreserved characters stay as they are),
+the three byte strings are standard base64. Every change rewrites the whole file
+atomically (temp file, fsync, rename, fsync of the directory: ``checkpoint.atomic_write``)
+before the change is acknowledged, so it survives SIGKILL. A malformed file raises
+:class:`CredentialStoreError` naming the file and the line: the broker refuses to start
+rather than lose users.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import threading
+from urllib.parse import quote, unquote
+
+from storage.checkpoint import atomic_write
+from storage.errors import StorageError
+
+FILE_NAME = "scram-credentials"
+_MAGIC = "chronolog-scram-credentials"
+_VERSION = 1
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class CredentialStoreError(StorageError):
+    pass
+
+
+class ScramCredentialStore:
+    """``{(user, mechanism): (salt, stored_key, server_key, iterations)}`` on disk.
+
+    Values are plain tuples so this module needs nothing from ``protocol``; the broker
+    wraps them in ``protocol.sasl.ScramCredential``."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, FILE_NAME)
+        self._lock = threading.Lock()
+        self._creds: dict[tuple[str, str], tuple[bytes, bytes, bytes, int]] = self._load()
+
+    def _load(self) -> dict:
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return {}
+        try:
+            lines = raw.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            raise CredentialStoreError(f"{self.path}: not UTF-8 text") from None
+        if not lines or lines[0] != f"{_MAGIC} {_VERSION}":
+            raise CredentialStoreError(f"{self.path}: line 1 must be '{_MAGIC} {_VERSION}'")
+        out = {}
+        for n, line in enumerate(lines[1:], start=2):
+            if not line:
+                continue
+            parts = line.split(" ")
+            try:
+                if len(parts) != 6 or parts[1] not in MECHANISMS:
+                    raise ValueError
+                user = unquote(parts[0], errors="strict")
+                iterations = int(parts[2])
+                salt, stored, server = (base64.b64decode(p, validate=True) for p in parts[3:])
+            except (ValueError, binascii.Error, UnicodeDecodeError):
+                raise CredentialStoreError(f"{self.path}: line {n} is not 'user mechanism iterations salt "
+                                           "stored_key server_key'") from None
+            out[(user, parts[1])] = (salt, stored, server, iterations)
+        return out
+
+    def _write(self, creds: dict) -> None:
+        lines = [f"{_MAGIC} {_VERSION}"]
+        for (user, mech), (salt, stored, server, it) in sorted(creds.items()):
+            b64 = [base64.b64encode(x).decode() for x in (salt, stored, server)]
+            lines.append(" ".join([quote(user, safe=""), mech, str(it), *b64]))
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+    def get(self, user: str, mechanism: str):
+        return self._creds.get((user, mechanism))
+
+    def users(self) -> dict[str, list[tuple[str, int]]]:
+        """``{user: [(mechanism, iterations), ...]}``."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        for (user, mech), value in sorted(self._creds.items()):
+            out.setdefault(user, []).append((mech, value[3]))
+        return out
+
+    def apply(self, upserts: dict, deletions) -> None:
+        """Upsert ``{(user, mech): (salt, stored, server, iterations)}`` and delete the
+        ``(user, mech)`` pairs, durably, all at once."""
+        with self._lock:
+            creds = dict(self._creds)
+            for key in deletions:
+                creds.pop(key, None)
+            creds.update(upserts)
+            self._write(creds)
+            self._creds = creds
