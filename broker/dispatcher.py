@@ -175,7 +175,7 @@ class Dispatcher:
         started = perf_counter() if metrics is not None else 0.0
         try:
             if api_key in NEEDS_CLIENT_HOST:
-                result = entry[2](self.ctx, header, request, client_host=conn.peer_host)
+                result = entry[2](self.ctx, header, request, client_host=conn.peer_host, session=session)
             elif api_key in TAKES_SESSION:
                 result = entry[2](self.ctx, header, request, session=session)
             else:

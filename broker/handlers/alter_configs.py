@@ -26,6 +26,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import AlterConfigsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.alter_configs")
 
@@ -146,11 +147,27 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only):
     raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
 
 
-def run(ctx, resources, make_new_for, validate_only, result_cls, null_allowed=lambda c: False):
+def config_resource_denied(ctx, session, rtype: int, rname: str, op: int, api: str):
+    """Kafka's check for a config resource: ``op`` (DESCRIBE_CONFIGS / ALTER_CONFIGS) on
+    the topic, or on the cluster for broker and broker-logger resources. Returns the
+    error code to answer, or 0."""
+    if rtype == 2:
+        return 0 if ctx.authorize(session, op, A.TOPIC, rname, api) else int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    if rtype in (4, 8):
+        return 0 if ctx.authorize(session, op, A.CLUSTER, A.CLUSTER_NAME, api) else int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    return 0
+
+
+def run(ctx, resources, make_new_for, validate_only, result_cls, null_allowed=lambda c: False,
+        session=None, api="AlterConfigs"):
     errors = _check_request_shape(resources, null_allowed)
     out = []
     for r in resources:
         err = errors.get(id(r))
+        if err is None:
+            denied = config_resource_denied(ctx, session, r.resource_type, r.resource_name, A.ALTER_CONFIGS, api)
+            if denied:
+                err = (denied, None)
         if err is None:
             try:
                 alter_resource(ctx, r.resource_type, r.resource_name, make_new_for(r), validate_only)
@@ -166,10 +183,10 @@ def run(ctx, resources, make_new_for, validate_only, result_cls, null_allowed=la
     return out
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     def make_new_for(r):
         return lambda current, type_of, current_value: {c.name: c.value for c in r.configs}
 
     results = run(ctx, request.resources, make_new_for, request.validate_only,
-                  AlterConfigsResponse.AlterConfigsResourceResponse)
+                  AlterConfigsResponse.AlterConfigsResourceResponse, session=session)
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)

@@ -15,13 +15,14 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreatePartitionsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.create_partitions")
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     lm = ctx.log_manager
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -29,6 +30,10 @@ def handle(ctx, header, request):
         name = t.name
         if counts[name] > 1:
             results.append(Result(name=name, error_code=int(ErrorCode.INVALID_REQUEST), error_message="Duplicate topic name."))
+            continue
+        if not ctx.authorize(session, A.ALTER, A.TOPIC, name, "CreatePartitions"):
+            results.append(Result(name=name, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                  error_message="The topic authorization failed."))
             continue
         info = lm.get_topic(name)
         if info is None:

@@ -9,6 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreateTopicsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 from config.describe import BrokerLayers, topic_entries
 
 log = logging.getLogger("chronolog.create_topics")
@@ -20,7 +21,7 @@ def _error(name, code, message):
     return Result(name=name, error_code=int(code), error_message=message, num_partitions=-1, replication_factor=-1)
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     lm = ctx.log_manager
     cfg = ctx.config
     # the configs echoed for each created topic, with their sources, as DescribeConfigs
@@ -28,11 +29,15 @@ def handle(ctx, header, request):
     per_broker, default = lm.dynamic_broker_configs()
     layers = BrokerLayers(lm.static_broker_config, default, per_broker)
     counts = Counter(t.name for t in request.topics)
+    may_create_any = ctx.authorize(session, A.CREATE, A.CLUSTER, A.CLUSTER_NAME, "CreateTopics")
     results = []
     for t in request.topics:
         name = t.name
         if counts[name] > 1:
             results.append(_error(name, ErrorCode.INVALID_REQUEST, f"Create topics request from client contains topic {name} more than once"))
+            continue
+        if not may_create_any and not ctx.authorize(session, A.CREATE, A.TOPIC, name, "CreateTopics"):
+            results.append(_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
             continue
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
@@ -72,6 +77,13 @@ def handle(ctx, header, request):
             continue
         if not request.validate_only:
             log.info("created topic %s (%d partition(s), configs %s)", name, partitions, configs or "{}")
+        if not ctx.authorize(session, A.DESCRIBE_CONFIGS, A.TOPIC, name, "CreateTopics"):
+            # created, but its configs are not shown (KafkaApis: topicConfigErrorCode)
+            r = Result(name=name, topic_id=info.topic_id, error_code=0, error_message=None,
+                       num_partitions=partitions, replication_factor=1, configs=[])
+            r.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            results.append(r)
+            continue
         results.append(
             Result(
                 name=name,

@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import DeleteRecordsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.delete_records")
 
@@ -40,7 +41,7 @@ PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     # topic -> {partition: offset}; dicts keep first-seen order, a repeat overwrites
     wanted: dict[str, dict[int, int]] = {}
     for t in request.topics:
@@ -50,7 +51,12 @@ def handle(ctx, header, request):
     topics_out = []
     for name, parts in wanted.items():
         results = []
+        allowed = ctx.authorize(session, A.DELETE, A.TOPIC, name, "DeleteRecords")
         for index, offset in parts.items():
+            if not allowed:
+                results.append(PartitionResult(partition_index=index, low_watermark=-1,
+                                               error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+                continue
             code, low = _delete(ctx, name, index, offset)
             if code:
                 log.debug("DeleteRecords %s-%d to %d (correlation id %d, client %s): error %d",

@@ -9,6 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import DeleteTopicsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.delete_topics")
 
@@ -16,7 +17,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 _NULL_UUID = uuid.UUID(int=0)
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     lm = ctx.log_manager
     version = header.api_version
     if version >= 6:
@@ -31,6 +32,15 @@ def handle(ctx, header, request):
                 results.append(Result(name=None, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), error_message=f"Topic id {topic_id} not found"))
                 continue
             name = info.name
+            if not ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "DeleteTopics"):
+                # asked by id without DESCRIBE: the name is not disclosed
+                results.append(Result(name=None, topic_id=topic_id, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                      error_message=None))
+                continue
+        if not ctx.authorize(session, A.DELETE, A.TOPIC, name, "DeleteTopics"):
+            results.append(Result(name=name, topic_id=topic_id, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                  error_message=None))
+            continue
         info = lm.get_topic(name)
         if info is None:
             results.append(Result(name=name, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic {name} not found"))

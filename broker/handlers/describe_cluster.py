@@ -1,6 +1,7 @@
 """DescribeCluster (key 60), v0-1: this node is the cluster, its controller and its one
-broker. Cluster authorized operations: -2147483648 unless asked; when asked, what Kafka
-answers without an authorizer: every operation the CLUSTER resource supports. v1 asking
+broker. Cluster authorized operations: -2147483648 unless asked; when asked, the
+principal's (without an authorizer, as Kafka: every operation the CLUSTER resource
+supports). v1 asking
 for controller endpoints answers MISMATCHED_ENDPOINT_TYPE, an unknown endpoint type
 UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker does (AuthHelper.computeDescribeClusterResponse)."""
 
@@ -10,10 +11,6 @@ from protocol.errors import ErrorCode
 from protocol.messages import DescribeClusterResponse
 
 _UNKNOWN_OPS = -(2**31)
-# AclOperation codes Kafka allows on the CLUSTER resource without an authorizer
-# (AclEntry.supportedOperations): CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
-# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
-_CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 BROKER_ENDPOINT = 1
 
 
@@ -32,7 +29,8 @@ def handle(ctx, header, request, session=None):
             endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.cluster_id, controller_id=-1, brokers=[],
             cluster_authorized_operations=_UNKNOWN_OPS)
     host, port = ctx.endpoint(session)
-    ops = _CLUSTER_OPS if request.include_cluster_authorized_operations else _UNKNOWN_OPS
+    ops = (ctx.authorized_ops(session, 4, "kafka-cluster")  # CLUSTER
+           if request.include_cluster_authorized_operations else _UNKNOWN_OPS)
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=0,

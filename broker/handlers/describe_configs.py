@@ -18,6 +18,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import DescribeConfigsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.describe_configs")
 
@@ -80,12 +81,21 @@ def describe_resource(ctx, rtype, rname, keys, include_synonyms, include_docs):
     raise RequestError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
+    from broker.handlers.alter_configs import config_resource_denied
+
     version = header.api_version
     include_synonyms = version >= 1 and bool(request.include_synonyms)
     include_docs = version >= 3 and bool(request.include_documentation)
     results = []
     for res in request.resources:
+        denied = config_resource_denied(ctx, session, res.resource_type, res.resource_name, A.DESCRIBE_CONFIGS,
+                                        "DescribeConfigs")
+        if denied:
+            results.append(R.DescribeConfigsResult(error_code=denied, error_message=None,
+                                                   resource_type=res.resource_type, resource_name=res.resource_name,
+                                                   configs=[]))
+            continue
         try:
             entries = describe_resource(ctx, res.resource_type, res.resource_name, res.configuration_keys,
                                         include_synonyms, include_docs)

@@ -8,14 +8,22 @@ unknown group is described as state Dead with no error (v0-5).
 from protocol.messages import DescribeGroupsResponse as R
 
 from broker.coordinator.group import STABLE
+from broker.security import authorizer as A
 
 _AUTHORIZED_OPS_UNSET = -2147483648
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     coord = getattr(ctx, "group_coordinator", None)
+    want_ops = header.api_version >= 3 and getattr(request, "include_authorized_operations", False)
     out = []
     for gid in request.groups:
+        if not ctx.authorize(session, A.DESCRIBE, A.GROUP, gid, "DescribeGroups"):
+            out.append(R.DescribedGroup(error_code=30, group_id=gid, group_state="", protocol_type="",
+                                        protocol_data="", members=[],
+                                        authorized_operations=_AUTHORIZED_OPS_UNSET))
+            continue
+        ops = ctx.authorized_ops(session, A.GROUP, gid) if want_ops else _AUTHORIZED_OPS_UNSET
         g = coord.describe(gid) if coord is not None else None
         if coord is None:
             out.append(R.DescribedGroup(error_code=15, group_id=gid, group_state="", protocol_type="",
@@ -24,8 +32,7 @@ def handle(ctx, header, request):
             continue
         if g is None:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="",
-                                        protocol_data="", members=[],
-                                        authorized_operations=_AUTHORIZED_OPS_UNSET))
+                                        protocol_data="", members=[], authorized_operations=ops))
             continue
         stable = g.state == STABLE
         members = [R.DescribedGroupMember(
@@ -36,5 +43,5 @@ def handle(ctx, header, request):
         out.append(R.DescribedGroup(
             error_code=0, group_id=gid, group_state=g.state, protocol_type=g.protocol_type or "",
             protocol_data=(g.protocol_name or "") if stable else "", members=members,
-            authorized_operations=_AUTHORIZED_OPS_UNSET))
+            authorized_operations=ops))
     return R(throttle_time_ms=0, groups=out)

@@ -24,6 +24,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import FetchResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 from storage import errors as se
 from storage.segment import READ_MAX_DECOMPRESSED
 
@@ -47,8 +48,9 @@ def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
     )
 
 
-def _read_all(ctx, version, request):
-    """One pass over the requested partitions. Returns (response, bytes, had_error)."""
+def _read_all(ctx, version, request, denied=frozenset()):
+    """One pass over the requested partitions (those of ``denied`` topics answer
+    TOPIC_AUTHORIZATION_FAILED). Returns (response, bytes, had_error)."""
     lm = ctx.log_manager
     hard_limit = version <= 2
     limit_bytes = _INT_MAX if version < 3 else max(0, request.max_bytes)
@@ -61,6 +63,9 @@ def _read_all(ctx, version, request):
         parts = []
         for p in t.partitions:
             index = p.partition
+            if t.topic in denied:
+                parts.append(_partition_error(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 plog = lm.get_log(t.topic, index)
             except se.StorageError as exc:
@@ -137,18 +142,26 @@ def _read_all(ctx, version, request):
     return response, total, had_error
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     version = header.api_version
-    response, total, had_error = _read_all(ctx, version, request)
-    if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not request.topics
+    if getattr(request, "replica_id", -1) >= 0 and not ctx.authorize(
+            session, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME, "Fetch"):
+        # a follower's fetch (KafkaApis: CLUSTER_ACTION on the cluster, every partition)
+        denied = frozenset(t.topic for t in request.topics)
+    else:
+        denied = frozenset(name for name in {t.topic for t in request.topics}
+                           if not ctx.authorize(session, A.READ, A.TOPIC, name, "Fetch"))
+    response, total, had_error = _read_all(ctx, version, request, denied)
+    allowed = [t for t in request.topics if t.topic not in denied]
+    if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed
             or getattr(ctx, "shutting_down", False)):
         if ctx.metrics is not None:  # bytes out and fetch requests per topic
             ctx.metrics.fetched(response)
         return response
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    keys = [(t.topic, p.partition) for t in allowed for p in t.partitions]
     if ctx.metrics is not None:
-        return _counted(ctx.metrics, _long_poll(ctx, version, request, keys))
-    return _long_poll(ctx, version, request, keys)
+        return _counted(ctx.metrics, _long_poll(ctx, version, request, keys, denied))
+    return _long_poll(ctx, version, request, keys, denied)
 
 
 async def _counted(metrics, long_poll):
@@ -157,7 +170,7 @@ async def _counted(metrics, long_poll):
     return response
 
 
-async def _long_poll(ctx, version, request, keys):
+async def _long_poll(ctx, version, request, keys, denied=frozenset()):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000.0
     while True:
@@ -172,8 +185,8 @@ async def _long_poll(ctx, version, request, keys):
         finally:
             timer.cancel()
             ctx.forget_waiter(keys, fut)
-        response, total, had_error = _read_all(ctx, version, request)
+        response, total, had_error = _read_all(ctx, version, request, denied)
         if total >= request.min_bytes or had_error or getattr(ctx, "shutting_down", False):
             return response  # (shutting down: answer with what there is, server.stop)
-    response, _, _ = _read_all(ctx, version, request)
+    response, _, _ = _read_all(ctx, version, request, denied)
     return response

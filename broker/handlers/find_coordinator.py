@@ -13,11 +13,17 @@ COORDINATOR_NOT_AVAILABLE.
 from protocol.errors import ErrorCode
 from protocol.messages import FindCoordinatorResponse
 
+from broker.security import authorizer as A
+
 _NO_TXN = "Chronolog has no transaction coordinator"
 
 
 def _answer(ctx, key: str, key_type: int, session=None):
     """(error_code, error_message, node_id, host, port)"""
+    if key_type == 0 and not ctx.authorize(session, A.DESCRIBE, A.GROUP, key, "FindCoordinator"):
+        return int(ErrorCode.GROUP_AUTHORIZATION_FAILED), None, -1, "", -1
+    if key_type == 1 and not ctx.authorize(session, A.DESCRIBE, A.TRANSACTIONAL_ID, key, "FindCoordinator"):
+        return int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), None, -1, "", -1
     if key_type == 0:
         if getattr(ctx, "group_coordinator", None) is None:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "the group coordinator is not loaded", -1, "", -1

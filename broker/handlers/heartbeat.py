@@ -5,8 +5,12 @@ when a rebalance is under way (REBALANCE_IN_PROGRESS) or when it has been remove
 from protocol.errors import ErrorCode
 from protocol.messages import HeartbeatResponse
 
+from broker.security import authorizer as A
 
-def handle(ctx, header, request):
+
+def handle(ctx, header, request, session=None):
+    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "Heartbeat"):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     coord = getattr(ctx, "group_coordinator", None)
     if coord is None:
         return HeartbeatResponse(throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -10,7 +10,7 @@ from protocol.messages import IncrementalAlterConfigsResponse
 from broker.handlers.alter_configs import run
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     from config.describe import DELETE, apply_incremental
 
     def make_new_for(r):
@@ -19,5 +19,6 @@ def handle(ctx, header, request):
 
     results = run(ctx, request.resources, make_new_for, request.validate_only,
                   IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
-                  null_allowed=lambda c: c.config_operation == DELETE)
+                  null_allowed=lambda c: c.config_operation == DELETE, session=session,
+                  api="IncrementalAlterConfigs")
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)

@@ -22,6 +22,8 @@ import os
 from protocol.errors import ErrorCode
 from protocol.messages import InitProducerIdResponse
 
+from broker.security import authorizer as A
+
 log = logging.getLogger("chronolog.producer_id")
 
 
@@ -58,7 +60,17 @@ class ProducerIdManager:
         return pid
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
+    if request.transactional_id is not None and not ctx.authorize(
+            session, A.WRITE, A.TRANSACTIONAL_ID, request.transactional_id, "InitProducerId"):
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                                      producer_id=-1, producer_epoch=-1)
+    if request.transactional_id is None and session is not None and ctx.authorizer is not None and not (
+            ctx.authorize(session, A.IDEMPOTENT_WRITE, A.CLUSTER, A.CLUSTER_NAME, "InitProducerId")
+            or ctx.authorizer.any_allowed(session, A.WRITE, A.TOPIC)):
+        # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                                      producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         log.info("refused InitProducerId for transactional id %r: transactions are not supported", request.transactional_id)
         return InitProducerIdResponse(

@@ -9,6 +9,8 @@ joining without a member id get MEMBER_ID_REQUIRED and a member id to come back 
 from protocol.errors import ErrorCode
 from protocol.messages import JoinGroupResponse
 
+from broker.security import authorizer as A
+
 
 def _response(version, res):
     return JoinGroupResponse(
@@ -25,9 +27,13 @@ def _response(version, res):
     )
 
 
-async def handle(ctx, header, request, client_host: str | None = None):
+async def handle(ctx, header, request, client_host: str | None = None, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
+    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "JoinGroup"):
+        from broker.coordinator.group import JoinResult
+
+        return _response(version, JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id))
     if coord is None:
         from broker.coordinator.group import JoinResult
 

@@ -4,9 +4,13 @@ member id and/or group.instance.id (KIP-345), with a result per member."""
 from protocol.errors import ErrorCode
 from protocol.messages import LeaveGroupResponse
 
+from broker.security import authorizer as A
 
-def handle(ctx, header, request):
+
+def handle(ctx, header, request, session=None):
     version = header.api_version
+    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "LeaveGroup"):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), members=[])
     coord = getattr(ctx, "group_coordinator", None)
     if version >= 3:
         members = [(m.member_id or "", m.group_instance_id) for m in request.members]

@@ -17,6 +17,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 from storage import errors as se
 
 log = logging.getLogger("chronolog.list_offsets")
@@ -39,9 +40,11 @@ def _resp(index, code=0, offset=-1, timestamp=-1, old_style=None):
     )
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     version = header.api_version
     lm = ctx.log_manager
+    denied = frozenset(name for name in {t.name for t in request.topics}
+                       if not ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "ListOffsets"))
     seen = {}
     for t in request.topics:
         for p in t.partitions:
@@ -52,6 +55,9 @@ def handle(ctx, header, request):
         parts = []
         for p in t.partitions:
             index = p.partition_index
+            if t.name in denied:
+                parts.append(_resp(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if version >= 1 and seen[(t.name, index)] > 1:
                 parts.append(_resp(index, ErrorCode.INVALID_REQUEST))
                 continue

@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import MetadataResponse
 
 from broker.errors import error_code_for
+from broker.security import authorizer as A
 from storage import errors as se
 
 log = logging.getLogger("chronolog.metadata")
@@ -66,11 +67,26 @@ def handle(ctx, header, request, session=None):
     cfg = ctx.config
     topics_out = []
     requested = request.topics
+    want_topic_ops = version >= 8 and getattr(request, "include_topic_authorized_operations", False)
+    want_cluster_ops = 8 <= version <= 10 and getattr(request, "include_cluster_authorized_operations", False)
+
+    def entry(info):
+        e = _topic_entry(ctx, info, version)
+        if want_topic_ops:
+            e.topic_authorized_operations = ctx.authorized_ops(session, A.TOPIC, info.name)
+        return e
+
+    def may_describe(name):
+        return ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "Metadata")
+
     if requested is None or (version == 0 and not requested):
+        # all topics: the ones the principal may not describe are left out
         for name, info in sorted(lm.topics().items()):
-            topics_out.append(_topic_entry(ctx, info, version))
+            if may_describe(name):
+                topics_out.append(entry(info))
     else:
         allow_auto = cfg.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
+        may_create_any = None
         by_id = None
         for t in requested:
             name = t.name
@@ -79,13 +95,22 @@ def handle(ctx, header, request, session=None):
                 if by_id is None:
                     by_id = {info.topic_id: info for info in lm.topics().values()}
                 info = by_id.get(t.topic_id)
-                if info is None:
+                if info is None or not may_describe(info.name):
                     topics_out.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, t.topic_id))
                 else:
-                    topics_out.append(_topic_entry(ctx, info, version))
+                    topics_out.append(entry(info))
+                continue
+            if not may_describe(name):
+                # never tell whether it exists
+                topics_out.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             info = lm.get_topic(name)
             if info is None and allow_auto:
+                if may_create_any is None:
+                    may_create_any = ctx.authorize(session, A.CREATE, A.CLUSTER, A.CLUSTER_NAME, "Metadata")
+                if not may_create_any and not ctx.authorize(session, A.CREATE, A.TOPIC, name, "Metadata"):
+                    topics_out.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 try:
                     info = lm.create_topic(name, cfg.num_partitions, {})
                     log.info("auto-created topic %s with %d partition(s)", name, cfg.num_partitions)
@@ -97,7 +122,7 @@ def handle(ctx, header, request, session=None):
             if info is None:
                 topics_out.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
-                topics_out.append(_topic_entry(ctx, info, version))
+                topics_out.append(entry(info))
     host, port = ctx.endpoint(session)  # the endpoints of the listener the client came through
     broker = MetadataResponse.MetadataResponseBroker(node_id=ctx.node_id, host=host, port=port, rack=None)
     return MetadataResponse(
@@ -106,5 +131,6 @@ def handle(ctx, header, request, session=None):
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
         topics=topics_out,
-        cluster_authorized_operations=_UNKNOWN_OPS,
+        cluster_authorized_operations=(ctx.authorized_ops(session, A.CLUSTER, A.CLUSTER_NAME)
+                                       if want_cluster_ops else _UNKNOWN_OPS),
     )

@@ -12,15 +12,26 @@ answers UNKNOWN_TOPIC_OR_PARTITION; metadata over 4096 bytes OFFSET_METADATA_TOO
 from protocol.errors import ErrorCode
 from protocol.messages import OffsetCommitResponse
 
+from broker.security import authorizer as A
+
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Partition = OffsetCommitResponse.OffsetCommitResponsePartition
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
+    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "OffsetCommit"):
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+            Topic(name=t.name, partitions=[Partition(partition_index=p.partition_index,
+                                                     error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED)) for p in t.partitions])
+            for t in request.topics])
+    denied = {name for name in {t.name for t in request.topics}
+              if not ctx.authorize(session, A.READ, A.TOPIC, name, "OffsetCommit")}
     offsets = []
     for t in request.topics:
+        if t.name in denied:
+            continue
         for p in t.partitions:
             offsets.append((t.name, p.partition_index, p.committed_offset,
                             p.committed_leader_epoch if version >= 6 else -1,
@@ -40,7 +51,9 @@ def handle(ctx, header, request):
     return OffsetCommitResponse(
         throttle_time_ms=0,
         topics=[Topic(name=t.name, partitions=[Partition(partition_index=p.partition_index,
-                                                         error_code=results.get((t.name, p.partition_index), 0))
+                                                         error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                                         if t.name in denied else
+                                                         results.get((t.name, p.partition_index), 0))
                                                for p in t.partitions])
                 for t in request.topics],
     )

@@ -8,10 +8,15 @@ use the consumer protocol answers NON_EMPTY_GROUP.
 from protocol.errors import ErrorCode
 from protocol.messages import OffsetDeleteResponse as R
 
+from broker.security import authorizer as A
 
-def handle(ctx, header, request):
+
+def handle(ctx, header, request, session=None):
     coord = getattr(ctx, "group_coordinator", None)
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not ctx.authorize(session, A.DELETE, A.GROUP, request.group_id, "OffsetDelete"):
+        return R(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), throttle_time_ms=0, topics=[])
+    denied = {t.name for t in request.topics if not ctx.authorize(session, A.READ, A.TOPIC, t.name, "OffsetDelete")}
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name not in denied]
     if coord is None:
         return R(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), throttle_time_ms=0, topics=[])
     err, results = coord.delete_offsets(request.group_id, wanted)
@@ -20,5 +25,6 @@ def handle(ctx, header, request):
     return R(error_code=0, throttle_time_ms=0, topics=[
         R.OffsetDeleteResponseTopic(name=t.name, partitions=[
             R.OffsetDeleteResponsePartition(partition_index=p.partition_index,
-                                            error_code=results.get((t.name, p.partition_index), 0))
+                                            error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                            if t.name in denied else results.get((t.name, p.partition_index), 0))
             for p in t.partitions]) for t in request.topics])

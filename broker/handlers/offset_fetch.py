@@ -9,6 +9,8 @@ has pending offsets to wait for.
 from protocol.errors import ErrorCode
 from protocol.messages import OffsetFetchResponse as R
 
+from broker.security import authorizer as A
+
 
 def _fetch(coord, group_id, topics):
     """topics: list of (name, [partitions]) or None. Returns (error, {topic: [(p, off, epoch, meta, err)]})."""
@@ -25,14 +27,35 @@ def _fetch(coord, group_id, topics):
     return err, out
 
 
-def handle(ctx, header, request):
+def _fetch_authorized(ctx, session, coord, group_id, topics):
+    """_fetch with Kafka's checks: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED),
+    DESCRIBE on each topic (a requested one answers TOPIC_AUTHORIZATION_FAILED per
+    partition; "all topics" leaves the others out)."""
+    if not ctx.authorize(session, A.DESCRIBE, A.GROUP, group_id, "OffsetFetch"):
+        return int(ErrorCode.GROUP_AUTHORIZATION_FAILED), {}
+    if topics is None:
+        err, out = _fetch(coord, group_id, None)
+        return err, {name: rows for name, rows in out.items()
+                     if ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "OffsetFetch")}
+    denied = {name for name, _ in topics if not ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "OffsetFetch")}
+    err, out = _fetch(coord, group_id, [(n, parts) for n, parts in topics if n not in denied])
+    if denied:
+        code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        merged = {}
+        for name, parts in topics:
+            merged[name] = [(p, -1, -1, "", code) for p in parts] if name in denied else out.get(name, [])
+        out = merged
+    return err, out
+
+
+def handle(ctx, header, request, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
     if version >= 8:
         groups = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            err, out = _fetch(coord, g.group_id, topics)
+            err, out = _fetch_authorized(ctx, session, coord, g.group_id, topics)
             groups.append(R.OffsetFetchResponseGroup(
                 group_id=g.group_id, error_code=err,
                 topics=[R.OffsetFetchResponseTopics(name=name, partitions=[
@@ -45,7 +68,7 @@ def handle(ctx, header, request):
         topics = [(t.name, list(t.partition_indexes)) for t in request.topics]
     elif version < 2:
         topics = []
-    err, out = _fetch(coord, request.group_id, topics)
+    err, out = _fetch_authorized(ctx, session, coord, request.group_id, topics)
     if err and version < 2:
         # v0-1 have no top-level error: every partition carries it
         out = {name: [(p, -1, -1, "", err) for p in parts] for name, parts in (topics or [])}

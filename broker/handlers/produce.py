@@ -33,6 +33,7 @@ from protocol import records as rec
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
+from broker.security import authorizer as A
 from broker.errors import error_code_for
 from storage import errors as se
 from storage.validator import analyze_records
@@ -58,7 +59,7 @@ def _error(index, code, message=None, record_errors=()):
     )
 
 
-def handle(ctx, header, request):
+def handle(ctx, header, request, session=None):
     version = header.api_version
     acks = request.acks
     lm = ctx.log_manager
@@ -91,7 +92,17 @@ def handle(ctx, header, request):
             )
         return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
 
-    items = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+    txn_id = getattr(request, "transactional_id", None)
+    if txn_id is not None and not ctx.authorize(session, A.WRITE, A.TRANSACTIONAL_ID, txn_id, "Produce"):
+        for t in request.topic_data:
+            responses.append(TopicResponse(name=t.name, partition_responses=[
+                _error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for p in t.partition_data]))
+        return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
+    # WRITE on each topic, before anything else about it (an unknown topic included)
+    denied = frozenset(name for name in {t.name for t in request.topic_data}
+                       if not ctx.authorize(session, A.WRITE, A.TOPIC, name, "Produce"))
+    items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
+             for t in request.topic_data for p in t.partition_data]
     results: list = []
     for i, (topic, partition, records) in enumerate(items):
         r = _append_one(ctx, lm, version, topic, partition, records)
@@ -166,11 +177,16 @@ def _refused(topic, partition, exc):
     return _error(partition, code, f"{type(exc).__name__}: {exc}")
 
 
+#: stands for the records of a partition the principal may not write
+_DENIED = object()
+
 #: Kafka's internal topics: only the broker writes them (ReplicaManager refuses clients)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def _append_one(ctx, lm, version, topic, partition, records):
+    if records is _DENIED:
+        return _error(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if topic in INTERNAL_TOPICS:
         return _error(partition, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic}")
     if records is None or len(records) == 0:

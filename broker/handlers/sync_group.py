@@ -4,9 +4,13 @@ own (the response waits until the leader's SyncGroup arrived)."""
 from protocol.errors import ErrorCode
 from protocol.messages import SyncGroupResponse
 
+from broker.security import authorizer as A
 
-async def handle(ctx, header, request):
+
+async def handle(ctx, header, request, session=None):
     version = header.api_version
+    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "SyncGroup"):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), assignment=b"")
     coord = getattr(ctx, "group_coordinator", None)
     if coord is None:
         return SyncGroupResponse(throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),

@@ -106,7 +106,10 @@ class Authenticator:
         key = header.api_key
         if session.state in (INITIAL, HANDSHAKE):
             if key == API_VERSIONS and session.state == INITIAL:
-                session.state = HANDSHAKE
+                from broker.dispatcher import SUPPORTED
+
+                if header.api_version <= SUPPORTED[API_VERSIONS][1]:
+                    session.state = HANDSHAKE  # an unsupported version may be retried (KIP-511)
                 return SERVE
             if key != SASL_HANDSHAKE:
                 return self._close(conn, f"unexpected Kafka request of type {codec.API_KEYS.get(key, key)} "
