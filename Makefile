@@ -22,9 +22,14 @@ $(STAMP): pyproject.toml setup.py protocol/_recwalk.c
 run: $(STAMP)
 	$(VENV)/bin/chronolog serve $(ARGS)
 
-# kcat (Debian's, librdkafka 2.0) is one of the clients the integration tests drive;
-# PySpark (the kafka-compatible source's tests) needs a Java 17+ runtime.
+# kcat (Debian's, librdkafka 2.0) and kafkajs (npm, tests/js) are clients the integration
+# tests drive; openssl makes their TLS certificates; PySpark (the kafka-compatible
+# source's tests) needs a Java 17+ runtime.
 tools:
+	@{ command -v openssl >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openssl npm >/dev/null; }
+	@test -d tests/js/node_modules/kafkajs || npm install --prefix tests/js --no-audit --no-fund --silent
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }

@@ -122,6 +122,14 @@ class Dispatcher:
 
     def dispatch(self, conn, frame: bytes):
         """Returns None (no response), a list of chunks, or an awaitable of chunks."""
+        session = conn.session
+        if session is not None and not session.authenticated:
+            from broker.security.authenticator import SERVE
+
+            # SASL tokens (the legacy framing's are not even Kafka requests)
+            result = self.authenticator.handle_unauthenticated(conn, frame)
+            if result is not SERVE:
+                return result
         try:
             header, offset = codec.decode_request_header(frame)
         except codec.DecodeError as exc:
@@ -129,15 +137,8 @@ class Dispatcher:
             conn.close()
             return None
         api_key, version = header.api_key, header.api_version
-        session = conn.session
-        if session is not None:
-            if not session.authenticated:
-                from broker.security.authenticator import SERVE
-
-                result = self.authenticator.handle_unauthenticated(conn, frame)
-                if result is not SERVE:
-                    return result
-            elif api_key in SASL_KEYS:
+        if session is not None and session.authenticated:
+            if api_key in SASL_KEYS:
                 return self.authenticator.handle_authenticated(conn, header, offset, frame)
             elif session.expires_at_ms is not None and self.authenticator.session_expired(session):
                 log.info("closing connection from %s on listener %s: its SASL session expired "

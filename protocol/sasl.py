@@ -177,7 +177,9 @@ class ScramServer:
         self.username = user
         self._gs2 = text[: m.start("bare")]
         self._first_bare = m.group("bare")
-        self._nonce = m.group("nonce") + base64.b64encode(os.urandom(24)).decode().rstrip("=").replace("+", "-")
+        # alphanumeric, as Kafka's ScramFormatter.secureRandomString (some clients
+        # mis-parse other printable characters)
+        self._nonce = m.group("nonce") + format(int.from_bytes(os.urandom(17), "big"), "x")
         self._server_first = f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},i={cred.iterations}"
         self._state = 1
         return self._server_first.encode()
@@ -186,8 +188,10 @@ class ScramServer:
         m = _CLIENT_FINAL.match(text)
         if m is None:
             raise SaslFormatError("Invalid SCRAM client final message")
-        if m.group("nonce") != self._nonce:
-            raise SaslFormatError("Invalid SCRAM client final message: nonce mismatch")
+        # Kafka accepts a nonce that ends with the server's (librdkafka 2.0 sends its own
+        # nonce again in front of it)
+        if not m.group("nonce").endswith(self._nonce):
+            raise SaslFormatError("Invalid client nonce in the final client message.")
         try:
             channel = base64.b64decode(m.group("channel"), validate=True).decode("utf-8", "replace")
             proof = base64.b64decode(m.group("proof"), validate=True)

@@ -30,7 +30,7 @@ def _response(version, res):
 async def handle(ctx, header, request, client_host: str | None = None, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
-    if not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "JoinGroup"):
+    if session is not None and not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "JoinGroup"):
         from broker.coordinator.group import JoinResult
 
         return _response(version, JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id))

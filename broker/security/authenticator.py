@@ -212,7 +212,7 @@ class Authenticator:
                     reason=failure)
             lifetime = self._lifetime(session)
         return self._encode(header, SaslAuthenticateResponse(
-            error_code=0, auth_bytes=token, session_lifetime_ms=lifetime))
+            error_code=0, error_message=None, auth_bytes=token, session_lifetime_ms=lifetime))
 
     def _raw_token(self, conn, frame):
         session = conn.session

@@ -158,6 +158,13 @@ class Broker:
         wait_for_port(self.port, timeout=10)
         return self
 
+    def listener_ports(self) -> dict[str, int]:
+        """``{listener name: bound port}`` from the last "Chronolog listening on" line
+        (``127.0.0.1:40001 [SASL_SSL/SASL_SSL], ...``)."""
+        lines = [ln for ln in self._read_from(0).splitlines() if "Chronolog listening on" in ln]
+        assert lines, "broker has not printed its listeners"
+        return {name: int(port) for port, name in re.findall(r":(\d+) \[([A-Z0-9_\-]+)/", lines[-1])}
+
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code
         (negative signal number if it had to be killed: check ``exit_codes``)."""

@@ -1,0 +1,456 @@
+"""Security with real clients: TLS listeners (CA verification, mutual TLS), SASL PLAIN and
+SCRAM-SHA-256/512 over SASL_PLAINTEXT and SASL_SSL, ACLs, connection limits and bad
+input, against confluent-kafka, kafka-python, aiokafka, kcat and kafkajs.
+
+Certificates come from ``openssl`` (a development CA, the broker's certificate for
+localhost/127.0.0.1, a client certificate, and one from a CA the broker does not trust).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration import helpers
+from tests.integration.helpers import REPO_ROOT, RawConn, frame, request_header_v1, start_broker, unique_topic
+
+ALICE_PW, BOB_PW, ADMIN_PW = "alice-secret", "bob-secret", "admin-secret"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        f'password="{ADMIN_PW}" user_admin="{ADMIN_PW}" user_alice="{ALICE_PW}" user_bob="{BOB_PW}";')
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+             "-days", "30", "-subj", "/CN=Chronolog Test CA", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
+             "-subj", "/CN=localhost", cwd=d)
+    _openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "broker.crt", "-days", "30", "-extfile", "san.ext", cwd=d)
+    (d / "broker.pem").write_text((d / "broker.key").read_text() + (d / "broker.crt").read_text())
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+             "-subj", "/C=US/O=Example/OU=eng/CN=alice", cwd=d)
+    _openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "client.crt", "-days", "30", cwd=d)
+    # a client certificate from a CA the broker does not trust
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "rogue.key", "-out", "rogue.crt",
+             "-days", "30", "-subj", "/CN=mallory", cwd=d)
+    return d
+
+
+def tls_overrides(certs: Path, client_auth: str = "requested") -> dict:
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs / "broker.pem"),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs / "ca.pem"),
+        "ssl.client.auth": client_auth,
+    }
+
+
+FOUR_LISTENERS = ("PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
+                  "SASL_SSL://127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory, certs):
+    overrides = {
+        "listeners": FOUR_LISTENERS,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "auto.create.topics.enable": "false",
+        **tls_overrides(certs),
+    }
+    b = start_broker(tmp_path_factory.mktemp("secure"), overrides)
+    b.ports = b.listener_ports()
+    # SCRAM users, created through the PLAINTEXT listener (no authorizer on this broker)
+    _scram_upsert(f"127.0.0.1:{b.ports['PLAINTEXT']}", [("bob", "SCRAM-SHA-256", BOB_PW), ("carol", "SCRAM-SHA-512", "carol-secret")])
+    yield b
+    b.stop()
+
+
+def _scram_upsert(bootstrap, users, iterations=4096):
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    mech = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+    admin = helpers.ck_admin(bootstrap)
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(u, ScramCredentialInfo(mech[m], iterations), pw.encode()) for u, m, pw in users])
+    for f in futures.values():
+        f.result(20)
+
+
+def ck_security(broker, listener: str, certs: Path, mechanism=None, user=None, password=None, client_cert=False) -> dict:
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}", "security.protocol": listener}
+    if listener.endswith("SSL"):
+        conf["ssl.ca.location"] = str(certs / "ca.pem")
+    if client_cert:
+        conf["ssl.certificate.location"] = str(certs / "client.crt")
+        conf["ssl.key.location"] = str(certs / "client.key")
+    if mechanism:
+        conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
+    return conf
+
+
+def create(broker, topic, partitions=1):
+    helpers.create_topic(f"127.0.0.1:{broker.ports['PLAINTEXT']}", topic, partitions=partitions)
+    return topic
+
+
+def ck_roundtrip(conf: dict, topic: str, n: int = 5) -> list[bytes]:
+    """Produce n records and read them back with confluent-kafka; returns the values."""
+    from confluent_kafka import Consumer, Producer
+
+    errors = []
+    p = Producer({**conf, "message.timeout.ms": 15000, "error_cb": lambda e: errors.append(e)})
+    delivered = []
+    for i in range(n):
+        p.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
+    assert p.flush(20) == 0, f"undelivered; client errors: {errors[:3]}"
+    assert delivered == [None] * n, delivered
+    c = Consumer({**conf, "group.id": unique_topic("g"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.assign([__import__("confluent_kafka").TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    return got
+
+
+@pytest.mark.parametrize("listener, mechanism, user, password, client_cert", [
+    ("SSL", None, None, None, False),
+    ("SSL", None, None, None, True),
+    ("SASL_PLAINTEXT", "PLAIN", "alice", ALICE_PW, False),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-256", "bob", BOB_PW, False),
+    ("SASL_SSL", "PLAIN", "alice", ALICE_PW, False),
+    ("SASL_SSL", "SCRAM-SHA-256", "bob", BOB_PW, False),
+    ("SASL_SSL", "SCRAM-SHA-512", "carol", "carol-secret", False),
+], ids=["ssl", "mtls", "sasl_plaintext-plain", "sasl_plaintext-scram256", "sasl_ssl-plain",
+        "sasl_ssl-scram256", "sasl_ssl-scram512"])
+def test_confluent_kafka_roundtrip(secure_broker, certs, listener, mechanism, user, password, client_cert):
+    topic = create(secure_broker, unique_topic(f"ck-{listener}"))
+    conf = ck_security(secure_broker, listener, certs, mechanism, user, password, client_cert)
+    assert ck_roundtrip(conf, topic) == [f"v{i}".encode() for i in range(5)]
+
+
+def test_metadata_advertises_the_listener_the_client_came_through(secure_broker, certs):
+    from confluent_kafka.admin import AdminClient
+
+    for listener in ("PLAINTEXT", "SSL", "SASL_SSL"):
+        conf = ck_security(secure_broker, listener, certs, *(("PLAIN", "alice", ALICE_PW) if listener == "SASL_SSL" else ()))
+        md = AdminClient(conf).list_topics(timeout=15)
+        [b] = md.brokers.values()
+        assert (b.host, b.port) == ("127.0.0.1", secure_broker.ports[listener])
+
+
+def test_wrong_password_fails_with_kafkas_message_and_no_secret_in_the_log(secure_broker, certs):
+    from confluent_kafka import Producer
+
+    for mechanism, user in (("PLAIN", "alice"), ("SCRAM-SHA-512", "carol"), ("SCRAM-SHA-256", "nobody")):
+        errors = []
+        conf = ck_security(secure_broker, "SASL_SSL", certs, mechanism, user, "Wr0ngPassw0rd!")
+        p = Producer({**conf, "error_cb": lambda e: errors.append(e)})
+        deadline = time.monotonic() + 15
+        while not errors and time.monotonic() < deadline:
+            p.poll(0.2)
+        assert errors, "no authentication error reported"
+        text = errors[0].str()
+        assert "SASL authentication error" in text
+        if mechanism == "PLAIN":
+            assert "Authentication failed: Invalid username or password" in text
+        else:
+            assert f"due to invalid credentials with SASL mechanism {mechanism}" in text
+    # what the broker wrote (the harness's "===== start" lines echo its command line)
+    log = "\n".join(ln for ln in secure_broker.log_tail(400).splitlines() if not ln.startswith("====="))
+    assert "authentication failed for" in log
+    assert "Wr0ngPassw0rd" not in log and ALICE_PW not in log and BOB_PW not in log
+
+
+def test_kafka_python_and_aiokafka_on_sasl_ssl(secure_broker, certs):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    port = secure_broker.ports["SASL_SSL"]
+    for mechanism, user, pw in (("PLAIN", "alice", ALICE_PW), ("SCRAM-SHA-256", "bob", BOB_PW),
+                                ("SCRAM-SHA-512", "carol", "carol-secret")):
+        topic = create(secure_broker, unique_topic("kp-" + mechanism))
+        kw = dict(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_SSL", ssl_context=ctx,
+                  sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=pw,
+                  request_timeout_ms=15000)
+        p = KafkaProducer(**kw)
+        offsets = [p.send(topic, f"kp{i}".encode()).get(15).offset for i in range(3)]
+        p.close()
+        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **kw)
+        got = [m.value for m in c][:3]
+        c.close()
+        assert offsets == [0, 1, 2] and got == [b"kp0", b"kp1", b"kp2"], (mechanism, offsets, got)
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def aio(mechanism, user, pw):
+        topic = create(secure_broker, unique_topic("aio-" + mechanism))
+        kw = dict(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_SSL", ssl_context=ctx,
+                  sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=pw)
+        p = AIOKafkaProducer(**kw)
+        await p.start()
+        md = await p.send_and_wait(topic, b"aio")
+        await p.stop()
+        c = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **kw)
+        await c.start()
+        try:
+            m = await asyncio.wait_for(c.getone(), 15)
+        finally:
+            await c.stop()
+        return md.offset, m.value
+
+    for args in (("PLAIN", "alice", ALICE_PW), ("SCRAM-SHA-512", "carol", "carol-secret")):
+        assert asyncio.run(aio(*args)) == (0, b"aio")
+
+
+@pytest.mark.kcat
+def test_kcat_on_sasl_ssl(secure_broker, certs):
+    topic = create(secure_broker, unique_topic("kcat-sasl"))
+    common = ["-b", f"127.0.0.1:{secure_broker.ports['SASL_SSL']}", "-X", "security.protocol=SASL_SSL",
+              "-X", f"ssl.ca.location={certs / 'ca.pem'}", "-X", "sasl.mechanism=SCRAM-SHA-256",
+              "-X", "sasl.username=bob", "-X", f"sasl.password={BOB_PW}", "-t", topic]
+    subprocess.run(["kcat", *common, "-P"], input=b"one\ntwo\nthree\n", check=True, timeout=60, capture_output=True)
+    out = subprocess.run(["kcat", *common, "-C", "-o", "beginning", "-e", "-c", "3"], check=True, timeout=60,
+                         capture_output=True)
+    assert out.stdout.split() == [b"one", b"two", b"three"]
+
+
+def _node_script(env: dict) -> dict:
+    node = shutil.which("node")
+    assert node, "node is needed (make tools installs npm and kafkajs)"
+    js_dir = REPO_ROOT / "tests" / "js"
+    assert (js_dir / "node_modules" / "kafkajs").exists(), "kafkajs is not installed: run `make tools`"
+    out = subprocess.run([node, str(js_dir / "roundtrip.js")], env={**os.environ, **env}, capture_output=True,
+                         timeout=120, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mechanism, user, password", [("PLAIN", "alice", ALICE_PW),
+                                                       ("SCRAM-SHA-256", "bob", BOB_PW),
+                                                       ("SCRAM-SHA-512", "carol", "carol-secret")])
+def test_kafkajs_on_sasl_ssl(secure_broker, certs, mechanism, user, password):
+    topic = create(secure_broker, unique_topic("kafkajs-" + mechanism))
+    res = _node_script({"BROKER": f"localhost:{secure_broker.ports['SASL_SSL']}", "CA_FILE": str(certs / "ca.pem"),
+                        "MECHANISM": mechanism, "USERNAME": user, "PASSWORD": password, "TOPIC": topic,
+                        "GROUP": unique_topic("kjs"), "COUNT": "3"})
+    assert res == {"produced": ["0"], "consumed": ["v0", "v1", "v2"]}
+    bad = _node_script({"BROKER": f"localhost:{secure_broker.ports['SASL_SSL']}", "CA_FILE": str(certs / "ca.pem"),
+                        "MECHANISM": mechanism, "USERNAME": user, "PASSWORD": "nope", "TOPIC": topic,
+                        "GROUP": unique_topic("kjs")})
+    assert "SASL" in bad.get("error", "") and "Authentication failed" in bad["error"], bad
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input: every case closes or refuses cleanly, and other clients are unaffected
+# ---------------------------------------------------------------------------------------
+
+def _sasl_handshake(conn: RawConn, mechanism: str, version: int = 1, cid: int = 1) -> tuple[int, list[str]]:
+    body = struct.pack(">h", len(mechanism)) + mechanism.encode()
+    resp = conn.request(17, version, body, cid)
+    err, n = struct.unpack_from(">hi", resp, 0)
+    pos, mechs = 6, []
+    for _ in range(n):
+        (ln,) = struct.unpack_from(">h", resp, pos)
+        mechs.append(resp[pos + 2:pos + 2 + ln].decode())
+        pos += 2 + ln
+    return err, mechs
+
+
+def _sasl_authenticate(conn: RawConn, token: bytes, version: int = 1, cid: int = 2):
+    resp = conn.request(36, version, struct.pack(">i", len(token)) + token, cid)
+    err, = struct.unpack_from(">h", resp, 0)
+    (mlen,) = struct.unpack_from(">h", resp, 2)
+    msg = resp[4:4 + mlen].decode() if mlen >= 0 else None
+    pos = 4 + max(mlen, 0)
+    (blen,) = struct.unpack_from(">i", resp, pos)
+    pos += 4 + max(blen, 0)
+    lifetime = struct.unpack_from(">q", resp, pos)[0] if version >= 1 else None
+    return err, msg, lifetime
+
+
+def _metadata_ok(port: int) -> bool:
+    with RawConn(port) as c:
+        resp = c.request(3, 1, helpers.metadata_request_v1([]), 7)
+        return len(resp) > 4
+
+
+def test_sasl_protocol_errors_close_cleanly(secure_broker):
+    port = secure_broker.ports["SASL_PLAINTEXT"]
+    # an unknown mechanism: UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, then closed
+    with RawConn(port) as c:
+        err, mechs = _sasl_handshake(c, "GSSAPI")
+        assert err == 33 and set(mechs) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+        assert c.wait_closed(5)
+    # a request other than ApiVersions/SaslHandshake before authentication: closed unanswered
+    with RawConn(port) as c:
+        c.send(frame(request_header_v1(3, 1, 1) + helpers.metadata_request_v1([])))
+        assert c.wait_closed(5)
+    # raw SASL bytes before the handshake: closed
+    with RawConn(port) as c:
+        c.send(frame(b"\x00alice\x00" + ALICE_PW.encode()))
+        assert c.wait_closed(5)
+    # a token over sasl.server.max.receive.size (512 KiB): closed
+    with RawConn(port) as c:
+        assert _sasl_handshake(c, "PLAIN")[0] == 0
+        c.send(frame(request_header_v1(36, 1, 2) + struct.pack(">i", 600_000) + b"\0" * 600_000))
+        assert c.wait_closed(5)
+    # a malformed PLAIN token: SASL_AUTHENTICATION_FAILED (58), then closed
+    with RawConn(port) as c:
+        assert _sasl_handshake(c, "PLAIN")[0] == 0
+        err, msg, _ = _sasl_authenticate(c, b"just-one-token")
+        assert err == 58 and "invalid credentials with SASL mechanism PLAIN" in msg
+        assert c.wait_closed(5)
+    # a TLS ClientHello on a plaintext port: closed, nothing crashes
+    for p in (secure_broker.ports["PLAINTEXT"], port):
+        with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            with pytest.raises((ssl.SSLError, OSError)):
+                ctx.wrap_socket(s, server_hostname="localhost")
+    # plaintext Kafka on a TLS port: closed
+    with RawConn(secure_broker.ports["SSL"]) as c:
+        c.send(frame(request_header_v1(18, 0, 1)))
+        assert c.wait_closed(5)
+    assert _metadata_ok(secure_broker.ports["PLAINTEXT"])
+    assert secure_broker.running and "Traceback" not in secure_broker.log_tail(300)
+
+
+def test_legacy_v0_framing_and_session_lifetime(secure_broker):
+    """SaslHandshake v0, then the raw PLAIN token; the broker answers a raw (empty)
+    token and the connection then serves Kafka requests."""
+    with RawConn(secure_broker.ports["SASL_PLAINTEXT"]) as c:
+        assert _sasl_handshake(c, "PLAIN", version=0) == (0, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+        c.send(frame(b"\0alice\0" + ALICE_PW.encode()))
+        assert c.recv_frame() == b""
+        resp = c.request(3, 1, helpers.metadata_request_v1([]), 9)
+        assert len(resp) > 4
+    with RawConn(secure_broker.ports["SASL_PLAINTEXT"]) as c:
+        assert _sasl_handshake(c, "PLAIN", version=0)[0] == 0
+        c.send(frame(b"\0alice\0wrong"))
+        assert c.wait_closed(5)  # the legacy framing cannot carry an error: closed
+    with RawConn(secure_broker.ports["SASL_PLAINTEXT"]) as c:
+        assert _sasl_handshake(c, "PLAIN")[0] == 0
+        err, msg, lifetime = _sasl_authenticate(c, b"\0alice\0" + ALICE_PW.encode())
+        assert (err, msg, lifetime) == (0, None, 0)  # connections.max.reauth.ms=0: no lifetime
+
+
+def test_tls_client_certificates(tmp_path, certs):
+    """ssl.client.auth=required: no certificate or an untrusted one is refused; a trusted
+    one connects and its DN is mapped by ssl.principal.mapping.rules (checked through
+    an ACL on the mapped name)."""
+    b = start_broker(tmp_path, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        **tls_overrides(certs, "required"),
+        "ssl.principal.mapping.rules": "RULE:^CN=([a-z]+),OU=eng,.*$/$1-eng/L,DEFAULT",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",  # the PLAINTEXT listener administers
+    })
+    try:
+        ports = b.listener_ports()
+        plain = f"127.0.0.1:{ports['PLAINTEXT']}"
+        topic = unique_topic("mtls")
+        helpers.create_topic(plain, topic)
+        from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+        admin = helpers.ck_admin(plain)
+        for op in (AclOperation.WRITE, AclOperation.READ):
+            for f in admin.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                                                   "User:alice-eng", "*", op, AclPermissionType.ALLOW)]).values():
+                f.result(15)
+        for f in admin.create_acls([AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL,
+                                               "User:alice-eng", "*", AclOperation.READ,
+                                               AclPermissionType.ALLOW)]).values():
+            f.result(15)
+        b.ports = ports
+        conf = ck_security(b, "SSL", certs, client_cert=True)
+        assert ck_roundtrip(conf, topic, 3) == [b"v0", b"v1", b"v2"]
+        # no client certificate / an untrusted one: the handshake fails
+        for cert in (None, "rogue"):
+            ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            if cert:
+                ctx.load_cert_chain(str(certs / f"{cert}.crt"), str(certs / f"{cert}.key"))
+            with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=5) as s:
+                with pytest.raises((ssl.SSLError, OSError)):
+                    with ctx.wrap_socket(s, server_hostname="localhost") as t:
+                        t.sendall(frame(request_header_v1(18, 0, 1)))
+                        if not t.recv(4):
+                            raise ConnectionError("closed")
+        assert _metadata_ok(ports["PLAINTEXT"])
+    finally:
+        b.stop()
+
+
+def test_connection_limits(tmp_path):
+    b = start_broker(tmp_path, {"max.connections.per.ip": "3"})
+    try:
+        conns = [RawConn(b.port) for _ in range(3)]
+        for c in conns:  # the first three are served
+            assert c.request(18, 0, b"", 1)
+        extra = RawConn(b.port)
+        assert extra.wait_closed(5)  # the fourth is closed at accept
+        conns.pop().close()
+        deadline = time.monotonic() + 5
+        while True:  # a freed slot is usable again
+            c = RawConn(b.port)
+            try:
+                if c.request(18, 0, b"", 2):
+                    break
+            except (ConnectionError, OSError):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            finally:
+                c.close()
+        assert "rejecting connection from 127.0.0.1" in b.log_tail(100)
+        for c in conns:
+            c.close()
+    finally:
+        b.stop()
+
+
+def test_scram_users_survive_sigkill(tmp_path):
+    b = start_broker(tmp_path, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    })
+    ports = b.listener_ports()
+    _scram_upsert(f"127.0.0.1:{ports['PLAINTEXT']}", [("dave", "SCRAM-SHA-512", "dave-secret")], iterations=8192)
+    b.kill()
+    b.start()
+    try:
+        ports = b.listener_ports()
+        b.ports = ports
+        topic = create(b, unique_topic("scram-kill"))
+        conf = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_PLAINTEXT']}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "dave", "sasl.password": "dave-secret"}
+        assert ck_roundtrip(conf, topic, 2) == [b"v0", b"v1"]
+        admin = helpers.ck_admin(f"127.0.0.1:{ports['PLAINTEXT']}")
+        info = admin.describe_user_scram_credentials(["dave"])["dave"].result(15).scram_credential_infos[0]
+        assert info.iterations == 8192
+        stored = (Path(b.log_dir) / "scram-credentials").read_text()
+        assert "dave-secret" not in stored and "dave SCRAM-SHA-512 8192" in stored
+    finally:
+        b.stop()
