@@ -454,3 +454,140 @@ def test_scram_users_survive_sigkill(tmp_path):
         assert "dave-secret" not in stored and "dave SCRAM-SHA-512 8192" in stored
     finally:
         b.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# ACLs (StandardAuthorizer semantics) through the clients' admin APIs
+# ---------------------------------------------------------------------------------------
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _plain(port, user, pw) -> dict:
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": pw}
+
+
+def _produce_error(conf, topic):
+    """The delivery error code of one record (None when delivered)."""
+    from confluent_kafka import Producer
+
+    p = Producer({**conf, "message.timeout.ms": 8000, "retries": 0})
+    out = []
+    p.produce(topic, b"x", on_delivery=lambda e, m: out.append(e))
+    p.flush(15)
+    return None if out[0] is None else out[0].code()
+
+
+def _consume_error(conf, topic, group):
+    """Subscribe and poll: the first error code, or None once a record arrives."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() in (-191,):  # _PARTITION_EOF
+                    continue
+                return m.error().code()
+            return None
+        return "timeout"
+    finally:
+        c.close()
+
+
+def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (
+        AclBinding, AclBindingFilter, AclOperation, AclPermissionType, NewTopic, ResourcePatternType, ResourceType,
+    )
+
+    b = start_broker(tmp_path, {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "sasl.enabled.mechanisms": "PLAIN",
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:admin",
+        "auto.create.topics.enable": "false",
+    })
+    try:
+        port = b.port
+        admin_conf = _plain(port, "admin", ADMIN_PW)
+        alice = _plain(port, "alice", ALICE_PW)
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(admin_conf)
+        topic, hidden = unique_topic("acl"), unique_topic("acl-hidden")
+        for f in admin.create_topics([NewTopic(topic, 1), NewTopic(hidden, 1)]).values():
+            f.result(15)
+
+        def allow(rtype, name, op, pattern=ResourcePatternType.LITERAL, perm=AclPermissionType.ALLOW,
+                  principal="User:alice"):
+            for f in admin.create_acls([AclBinding(rtype, name, pattern, principal, "*", op, perm)]).values():
+                f.result(15)
+
+        # no ACL: refused (allow.everyone.if.no.acl.found=false)
+        assert _produce_error(alice, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        allow(ResourceType.TOPIC, topic, AclOperation.WRITE)
+        assert _produce_error(alice, topic) is None  # applies at once
+        # READ on the topic but not on the group
+        allow(ResourceType.TOPIC, topic, AclOperation.READ)
+        assert _consume_error(alice, topic, "app-1") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        allow(ResourceType.GROUP, "app-", AclOperation.READ, pattern=ResourcePatternType.PREFIXED)
+        assert _consume_error(alice, topic, "app-1") is None
+        assert _consume_error(alice, topic, "other-group") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        # Metadata shows only what alice may describe (WRITE/READ imply DESCRIBE)
+        names = set(AdminClient(alice).list_topics(timeout=15).topics)
+        assert topic in names and hidden not in names
+        # creating topics and ACLs needs the cluster
+        alice_admin = AdminClient(alice)  # kept: a collected client cancels its futures
+        res = alice_admin.create_topics([NewTopic(unique_topic("nope"), 1)])
+        with pytest.raises(Exception) as ei:
+            list(res.values())[0].result(15)
+        assert ei.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        res = alice_admin.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                                                         "User:alice", "*", AclOperation.ALL, AclPermissionType.ALLOW)])
+        with pytest.raises(Exception) as ei:
+            list(res.values())[0].result(15)
+        assert ei.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        # DENY wins over ALLOW, for User:* too
+        allow(ResourceType.TOPIC, topic, AclOperation.WRITE, perm=AclPermissionType.DENY, principal="User:*")
+        assert _produce_error(alice, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        # kafka-python's admin client lists and deletes them
+        from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, KafkaAdminClient
+        from kafka.admin import ResourcePatternFilter, ResourceType as KRT, ACLResourcePatternType
+
+        kp = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_PLAINTEXT",
+                              sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password=ADMIN_PW)
+        acls, err = kp.describe_acls(ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                                               permission_type=ACLPermissionType.ANY,
+                                               resource_pattern=ResourcePatternFilter(KRT.TOPIC, topic,
+                                                                                      ACLResourcePatternType.MATCH)))
+        assert {(a.principal, a.operation.name, a.permission_type.name) for a in acls} == {
+            ("User:alice", "WRITE", "ALLOW"), ("User:alice", "READ", "ALLOW"), ("User:*", "WRITE", "DENY")}
+        deleted = kp.delete_acls([ACLFilter(principal="User:*", host="*", operation=ACLOperation.WRITE,
+                                            permission_type=ACLPermissionType.DENY,
+                                            resource_pattern=ResourcePatternFilter(KRT.TOPIC, topic,
+                                                                                   ACLResourcePatternType.LITERAL))])
+        assert len(deleted[0][1]) == 1
+        kp.close()
+        assert _produce_error(alice, topic) is None
+        # ACLs are durable: SIGKILL, restart, same answers
+        b.kill()
+        b.start()
+        port = b.port
+        alice, admin_conf = _plain(port, "alice", ALICE_PW), _plain(port, "admin", ADMIN_PW)
+        assert _produce_error(alice, topic) is None
+        assert _produce_error(_plain(port, "bob", BOB_PW), topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        admin = AdminClient(admin_conf)
+        found = admin.describe_acls(AclBindingFilter(
+            ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+            AclPermissionType.ANY)).result(15)
+        assert len(found) == 3
+    finally:
+        b.stop()
