@@ -276,9 +276,9 @@ def _register_dump_log(sub) -> None:
 def _register_tools(sub) -> None:
     """get-offsets, topics, configs, consumer-groups: broker.tools (client side; they
     import the codec only when run)."""
-    from broker.tools import configs, consumer_groups, get_offsets, topics
+    from broker.tools import acls, configs, consumer_groups, get_offsets, topics
 
-    for module in (get_offsets, topics, configs, consumer_groups):
+    for module in (get_offsets, topics, configs, consumer_groups, acls):
         module.register(sub)
 
 

@@ -211,3 +211,46 @@ class ScramServer:
         self._state = 2
         self.complete = True
         return b"v=" + base64.b64encode(server_signature)
+
+
+# ---------------------------------------------------------------------- clients (tools)
+
+class ScramClient:
+    """The client side of SCRAM, for the command-line tools: ``first()``, then
+    ``final(server_first)``, then ``verify(server_final)`` (raises SaslAuthenticationError
+    when the server's signature is wrong)."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
+        self._user = username.replace("=", "=3D").replace(",", "=2C")
+        self._password = password
+        self._nonce = format(int.from_bytes(os.urandom(18), "big"), "x")
+        self._first_bare = f"n={self._user},r={self._nonce}"
+        self._auth_message = b""
+        self._salted = b""
+
+    def first(self) -> bytes:
+        return ("n,," + self._first_bare).encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = bytes(server_first).decode("utf-8")
+        attrs = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+        nonce, salt, iterations = attrs.get("r", ""), attrs.get("s"), int(attrs.get("i", "0"))
+        if not nonce.startswith(self._nonce) or salt is None or iterations < 1:
+            raise SaslFormatError("Invalid SCRAM server first message")
+        self._salted = salted_password(self.mechanism, self._password, base64.b64decode(salt), iterations)
+        without_proof = f"c=biws,r={nonce}"
+        self._auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        client_key = hmac.new(self._salted, b"Client Key", self._hash).digest()
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        signature = hmac.new(stored_key, self._auth_message, self._hash).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        text = bytes(server_final).decode("utf-8", "replace")
+        server_key = hmac.new(self._salted, b"Server Key", self._hash).digest()
+        expected = b"v=" + base64.b64encode(hmac.new(server_key, self._auth_message, self._hash).digest())
+        if not hmac.compare_digest(text.encode(), expected):
+            raise SaslAuthenticationError("the broker's SCRAM signature is wrong: " + text[:64])

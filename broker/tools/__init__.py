@@ -26,6 +26,8 @@ def add_common_args(p, bootstrap_required: bool = True) -> None:
                    help="broker(s) to connect to")
     p.add_argument("--request-timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
                    help=f"connect and request timeout (default {DEFAULT_TIMEOUT_MS})")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location...")
 
 
 def run_tool(name: str, fn: Callable[[], int | None]) -> int:

@@ -14,6 +14,7 @@ an error code in a response) is a :class:`ToolError` with a one-line message.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any, Iterable
 
@@ -81,19 +82,27 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
 class Connection:
     """One blocking connection to one broker; requests are answered in order."""
 
-    def __init__(self, host: str, port: int, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+    def __init__(self, host: str, port: int, timeout_ms: int = DEFAULT_TIMEOUT_MS, security=None):
         self.host, self.port = host, port
         self.timeout = timeout_ms / 1000.0
         self._cid = 0
         try:
             self.sock = socket.create_connection((host, port), timeout=self.timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if security is not None and security.tls:
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
         except socket.timeout:
             raise ToolError(f"cannot connect to {host}:{port}: timed out after {timeout_ms} ms") from None
+        except ssl.SSLError as exc:
+            raise ToolError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
         except OSError as exc:
             raise ToolError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        if security is not None and security.sasl:
+            from broker.tools.security import authenticate
+
+            authenticate(self, security)
 
     def close(self) -> None:
         try:
@@ -174,8 +183,9 @@ class Connection:
 class Client:
     """Bootstrap + metadata + routing to leaders and coordinators."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_TIMEOUT_MS, security=None):
         self.timeout_ms = timeout_ms
+        self.security = security  # broker.tools.security.ClientSecurity (--command-config)
         self.addresses = parse_bootstrap(bootstrap)
         self._conns: dict[tuple[str, int], Connection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -192,6 +202,14 @@ class Client:
         if self.bootstrap_conn is None:
             raise ToolError("--bootstrap-server " + bootstrap + ": no broker reachable (" + "; ".join(errors) + ")")
 
+    @classmethod
+    def from_args(cls, args) -> "Client":
+        """The tools' common flags: --bootstrap-server, --request-timeout-ms, --command-config."""
+        from broker.tools.security import load_command_config
+
+        return cls(args.bootstrap_server, args.request_timeout_ms,
+                   load_command_config(getattr(args, "command_config", None)))
+
     def __enter__(self) -> "Client":
         return self
 
@@ -206,7 +224,7 @@ class Client:
     def _connect(self, host: str, port: int) -> Connection:
         c = self._conns.get((host, port))
         if c is None:
-            c = Connection(host, port, self.timeout_ms)
+            c = Connection(host, port, self.timeout_ms, self.security)
             self._conns[(host, port)] = c
         return c
 

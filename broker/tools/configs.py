@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from broker.tools import ToolError, UsageError, add_common_args, run_tool
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": 0}  # users: SCRAM credentials
 CONFIG_SOURCES = {
     0: "UNKNOWN",
     1: "DYNAMIC_TOPIC_CONFIG",
@@ -86,6 +86,10 @@ def register(sub) -> None:
 
 def _entity(args) -> tuple[int, str, str]:
     rtype = RESOURCE_TYPES[args.entity_type]
+    if args.entity_type == "users":
+        if args.entity_default:
+            raise UsageError("--entity-default applies to --entity-type brokers only")
+        return rtype, args.entity_name or "", args.entity_name or ""
     if args.entity_default:
         if args.entity_type != "brokers":
             raise UsageError("--entity-default applies to --entity-type brokers only")
@@ -116,10 +120,76 @@ def _run(args) -> int:
         both = set(add) & set(delete)
         if both:
             raise UsageError(f"--add-config and --delete-config both name {', '.join(sorted(both))}")
-    with Client(args.bootstrap_server, args.request_timeout_ms) as client:
+    if args.entity_type == "users":
+        with Client.from_args(args) as client:
+            return _users(client, args, add if args.alter else {}, delete if args.alter else [])
+    with Client.from_args(args) as client:
         if args.describe:
             return _describe(client, args, rtype, rname, label)
         return _alter(client, args, rtype, rname, label, add, delete)
+
+
+SCRAM = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+SCRAM_NAMES = {v: k for k, v in SCRAM.items()}
+
+
+def _users(client, args, add: dict, delete: list) -> int:
+    """SCRAM credentials (AlterUserScramCredentials / DescribeUserScramCredentials), as
+    kafka-configs.sh --entity-type users: the password is salted and hashed here, the
+    broker never sees it."""
+    import os
+
+    from broker.tools.client import error_name
+    from protocol.messages import AlterUserScramCredentialsRequest as Alter
+    from protocol.messages import DescribeUserScramCredentialsRequest as Describe
+    from protocol.sasl import MIN_ITERATIONS, salted_password
+
+    user = args.entity_name
+    conn = client.any()
+    if args.describe:
+        _, resp = conn.request(Describe(users=[Describe.UserName(name=user)] if user else None))
+        if resp.error_code:
+            raise ToolError(f"--describe: {error_name(resp.error_code)}")
+        for r in resp.results:
+            if r.error_code:
+                if r.error_code == 91 and user:  # RESOURCE_NOT_FOUND: nothing to show
+                    continue
+                raise ToolError(f"--entity-name {r.user}: {error_name(r.error_code)}: {r.error_message}")
+            creds = ", ".join(f"{SCRAM_NAMES.get(c.mechanism, c.mechanism)}=iterations={c.iterations}"
+                              for c in r.credential_infos)
+            print(f"SCRAM credential configs for user-principal '{r.user}' are {creds}")
+        return 0
+    if not user:
+        raise UsageError("--entity-type users --alter needs --entity-name")
+    upserts, deletions = [], []
+    for mech, spec in add.items():
+        if mech not in SCRAM:
+            raise UsageError(f"--add-config: {mech} is not SCRAM-SHA-256 or SCRAM-SHA-512")
+        fields = dict(f.split("=", 1) for f in spec.split(",") if "=" in f)
+        if "password" not in fields:
+            raise UsageError(f"--add-config {mech}=[iterations=N,password=...]: password is missing")
+        try:
+            iterations = int(fields.get("iterations", MIN_ITERATIONS))
+        except ValueError:
+            raise UsageError(f"--add-config {mech}: iterations must be an integer") from None
+        salt = os.urandom(32)
+        upserts.append(Alter.ScramCredentialUpsertion(
+            name=user, mechanism=SCRAM[mech], iterations=iterations, salt=salt,
+            salted_password=salted_password(mech, fields["password"], salt, iterations)))
+    for mech in delete:
+        if mech not in SCRAM:
+            raise UsageError(f"--delete-config: {mech} is not SCRAM-SHA-256 or SCRAM-SHA-512")
+        deletions.append(Alter.ScramCredentialDeletion(name=user, mechanism=SCRAM[mech]))
+    # Kafka refuses two alterations of one user in one request: one request each
+    for one in [Alter(deletions=[d], upsertions=[]) for d in deletions] + \
+               [Alter(deletions=[], upsertions=[u]) for u in upserts]:
+        _, resp = conn.request(one)
+        for r in resp.results:
+            if r.error_code:
+                raise ToolError(f"--alter --entity-name {user}: {error_name(r.error_code)}"
+                                f"{': ' + r.error_message if r.error_message else ''}")
+    print(f"Completed updating config for user {user}.")
+    return 0
 
 
 def _conn_for(client, rtype: int, rname: str):

@@ -109,7 +109,7 @@ def _run(args) -> int:
     from broker.tools.client import Client
 
     validate_args(args)
-    with Client(args.bootstrap_server, args.request_timeout_ms) as client:
+    with Client.from_args(args) as client:
         if args.list:
             return _list(client)
         if args.describe:

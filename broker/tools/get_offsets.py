@@ -56,7 +56,7 @@ def _run(args) -> int:
 
     ts = parse_time_spec(args.time)
     parts = parse_partitions(args.partitions) if args.partitions is not None else None
-    with Client(args.bootstrap_server, args.request_timeout_ms) as client:
+    with Client.from_args(args) as client:
         topic = args.topic
         if topic is not None and not (set(topic) & _REGEX_CHARS):
             leaders = client.topic_partitions([topic])

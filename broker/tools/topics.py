@@ -70,7 +70,7 @@ def _run(args) -> int:
     if args.replication_factor is not None and args.replication_factor < 1:
         raise UsageError(f"--replication-factor: invalid value {args.replication_factor}")
     configs = parse_config_pairs(args.config)
-    with Client(args.bootstrap_server, args.request_timeout_ms) as client:
+    with Client.from_args(args) as client:
         if args.create:
             return _create(client, args, configs)
         if args.delete:

@@ -591,3 +591,51 @@ def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
         assert len(found) == 3
     finally:
         b.stop()
+
+
+def test_cli_acls_and_scram_users_with_command_config(tmp_path, certs):
+    """chronolog acls / configs --entity-type users, authenticating with --command-config
+    as kafka-acls.sh and kafka-configs.sh do; then the user they made logs in."""
+    b = start_broker(tmp_path, {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:admin",
+        **tls_overrides(certs, "none"),
+    })
+    try:
+        ports = b.listener_ports()
+        props = tmp_path / "admin.properties"
+        props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                         "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                         f'username="admin" password="{ADMIN_PW}";\n'
+                         f"ssl.truststore.type=PEM\nssl.truststore.location={certs / 'ca.pem'}\n")
+        base = [os.path.join(os.path.dirname(__import__("sys").executable), "chronolog")]
+        common = ["--bootstrap-server", f"localhost:{ports['SASL_SSL']}", "--command-config", str(props)]
+
+        def run(*args, ok=True):
+            out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+            assert (out.returncode == 0) == ok, (args, out.stdout, out.stderr)
+            return out.stdout + out.stderr
+
+        run("configs", *common, "--entity-type", "users", "--entity-name", "erin", "--alter", "--add-config",
+            "SCRAM-SHA-512=[iterations=8192,password=erin-secret]")
+        assert "SCRAM-SHA-512=iterations=8192" in run("configs", *common, "--entity-type", "users", "--describe")
+        topic = unique_topic("cli-acl")
+        run("topics", *common, "--create", "--topic", topic)
+        out = run("acls", *common, "--add", "--allow-principal", "User:erin", "--producer", "--topic", topic)
+        assert "operation=WRITE, permissionType=ALLOW" in out
+        listed = run("acls", *common, "--list", "--topic", topic)
+        assert f"name={topic}, patternType=LITERAL" in listed and listed.count("User:erin") == 3
+        # the anonymous PLAINTEXT client may not
+        assert "CLUSTER_AUTHORIZATION_FAILED" in run("acls", "--bootstrap-server", f"127.0.0.1:{ports['PLAINTEXT']}",
+                                                     "--list", ok=False)
+        b.ports = ports
+        conf = ck_security(b, "SASL_SSL", certs, "SCRAM-SHA-512", "erin", "erin-secret")
+        assert _produce_error(conf, topic) is None
+        run("acls", *common, "--remove", "--allow-principal", "User:erin", "--operation", "Write", "--topic", topic)
+        from confluent_kafka import KafkaError
+
+        assert _produce_error(conf, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        b.stop()
