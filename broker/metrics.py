@@ -299,6 +299,18 @@ class BrokerMetrics:
                                                   "retention.bytes, log start offset)", registry=ev)
         self.recovery_seconds = Gauge("chronolog_log_recovery_seconds", "Duration of loading (and, after "
                                       "a crash, recovering) the logs at the last start", registry=ev)
+        # security (Kafka's successful/failed-authentication-total, connection-count,
+        # the authorizer's denials): labelled by listener, mechanism, API, resource type
+        self.authentications = Counter("chronolog_authentications", "SASL authentications per listener, "
+                                       "mechanism and result (success/failure)",
+                                       ("listener", "mechanism", "result"), registry=ev)
+        self.authorization_denials = Counter("chronolog_authorization_denied", "Authorization denials per "
+                                             "API and resource type", ("api", "resource_type"), registry=ev)
+        self.connections_rejected = Counter("chronolog_connections_rejected", "Connections closed at accept "
+                                            "by max.connections / max.connections.per.ip", ("listener",),
+                                            registry=ev)
+        self.connections = Gauge("chronolog_connections", "Open connections per listener", ("listener",),
+                                 registry=ev)
         self._walker = _ErrorCodeWalker()
         self._api_children: dict[int, tuple] = {}
         self._topic_children: dict[str, tuple] = {}
@@ -336,6 +348,18 @@ class BrokerMetrics:
         req.inc()
         hist.observe(seconds)
         self.request_errors.labels(name, "UNKNOWN_SERVER_ERROR").inc()
+
+    def authentication(self, listener: str, mechanism: str, ok: bool) -> None:
+        self.authentications.labels(listener, mechanism, "success" if ok else "failure").inc()
+
+    def authorization_denied(self, api: str, resource_type: str) -> None:
+        self.authorization_denials.labels(api or "unknown", resource_type).inc()
+
+    def connection_rejected(self, listener: str) -> None:
+        self.connections_rejected.labels(listener).inc()
+
+    def connections_changed(self, listener: str, count: int) -> None:
+        self.connections.labels(listener).set(count)
 
     def topic_deleted(self, topic: str) -> None:
         """Drop every per-topic series of a deleted topic (Kafka's BrokerTopicStats

@@ -16,11 +16,11 @@ log = logging.getLogger("chronolog.security")
 
 class ConnectionLimits:
     def __init__(self, cfg, metrics=None) -> None:
-        self.max_connections = cfg.max_connections
-        self.max_per_ip = cfg.max_connections_per_ip
+        self.max_connections = getattr(cfg, "max_connections", 2**31 - 1)
+        self.max_per_ip = getattr(cfg, "max_connections_per_ip", 2**31 - 1)
         self.overrides: dict[str, int] = {}
         for host, count in parse_ip_overrides("max.connections.per.ip.overrides",
-                                              cfg.max_connections_per_ip_overrides).items():
+                                              getattr(cfg, "max_connections_per_ip_overrides", "")).items():
             try:
                 ip = socket.gethostbyname(host)
             except OSError:

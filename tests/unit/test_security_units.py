@@ -1,0 +1,270 @@
+"""The security building blocks without a network: SASL mechanisms (RFC 7677's test
+vector, client against server), the principal mapping rules, DN formatting, JAAS text,
+the authorizer's rules, the durable ACL and SCRAM stores, and the metrics hooks."""
+
+from __future__ import annotations
+
+import base64
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from broker.security import authorizer as A
+from broker.security.jaas import parse_jaas, plain_users
+from broker.security.tls import NoMatchingRule, PrincipalMapper, iana_to_openssl, subject_dn
+from config.properties import ConfigError
+from protocol.sasl import (
+    PlainServer,
+    SaslAuthenticationError,
+    SaslFormatError,
+    ScramClient,
+    ScramCredential,
+    ScramServer,
+    credential_from_salted,
+    salted_password,
+    scram_credential,
+)
+from storage.acl_store import AclBinding, AclStore, AclStoreError
+from storage.scram_credentials import CredentialStoreError, ScramCredentialStore
+
+
+# ---------------------------------------------------------------------- SASL
+
+def test_plain_accepts_the_right_password_only():
+    users = {"alice": "secret"}
+    s = PlainServer(users.get)
+    assert s.evaluate(b"\0alice\0secret") == b"" and s.complete and s.username == "alice"
+    for token, message in ((b"\0alice\0nope", "Invalid username or password"),
+                           (b"\0bob\0secret", "Invalid username or password"),
+                           (b"\0\0secret", "username not specified"),
+                           (b"\0alice\0", "password not specified"),
+                           (b"carol\0alice\0secret", "authorization id that is different")):
+        with pytest.raises(SaslAuthenticationError, match=message):
+            PlainServer(users.get).evaluate(token)
+    with pytest.raises(SaslFormatError, match="expected 3 tokens, got 2"):
+        PlainServer(users.get).evaluate(b"alice\0secret")
+
+
+def test_scram_sha256_rfc7677_vector():
+    """RFC 7677 section 3: user "user", password "pencil", the server's salt and nonce."""
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    cred = scram_credential("SCRAM-SHA-256", "pencil", 4096, salt)
+    server = ScramServer("SCRAM-SHA-256", lambda u: cred if u == "user" else None)
+    first = server.evaluate(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert first.startswith(b"r=rOprNGfwEbeRWgbNEkqO") and first.endswith(b",s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+    # recompute the proof for the server's own nonce, as the RFC's client would
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil")
+    client._nonce, client._first_bare = "rOprNGfwEbeRWgbNEkqO", "n=user,r=rOprNGfwEbeRWgbNEkqO"
+    final = client.final(first)
+    server_final = server.evaluate(final)
+    assert server.complete and server.username == "user"
+    client.verify(server_final)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_client_and_server(mechanism):
+    cred = scram_credential(mechanism, "p@ss,w=rd", 4096)
+    server = ScramServer(mechanism, {"a,b=c": cred}.get)
+    client = ScramClient(mechanism, "a,b=c", "p@ss,w=rd")
+    client.verify(server.evaluate(client.final(server.evaluate(client.first()))))
+    assert server.username == "a,b=c"
+    # a wrong password
+    server = ScramServer(mechanism, {"u": cred}.get)
+    client = ScramClient(mechanism, "u", "wrong")
+    with pytest.raises(SaslAuthenticationError, match=f"invalid credentials with SASL mechanism {mechanism}"):
+        server.evaluate(client.final(server.evaluate(client.first())))
+    # an unknown user fails at the first message, with the same message
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        ScramServer(mechanism, {}.get).evaluate(ScramClient(mechanism, "x", "y").first())
+
+
+def _final_with_nonce(client: ScramClient, server_first: bytes, nonce: str) -> bytes:
+    """The client final message a client computes when it echoes ``nonce``."""
+    import hashlib
+    import hmac
+
+    text = server_first.decode()
+    attrs = dict(p.split("=", 1) for p in text.split(","))
+    salted = salted_password(client.mechanism, client._password, base64.b64decode(attrs["s"]), int(attrs["i"]))
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{client._first_bare},{text},{without_proof}".encode()
+    ck = hmac.new(salted, b"Client Key", client._hash).digest()
+    sig = hmac.new(hashlib.new(client._hash, ck).digest(), auth, client._hash).digest()
+    return f"{without_proof},p={base64.b64encode(bytes(a ^ b for a, b in zip(ck, sig))).decode()}".encode()
+
+
+def test_scram_nonce_and_format_rules():
+    cred = scram_credential("SCRAM-SHA-256", "pw", 4096)
+    # librdkafka 2.0 sends its own nonce again in front of the server's: Kafka accepts a
+    # final nonce that ends with the server's (ScramSaslServer), and so do we
+    server = ScramServer("SCRAM-SHA-256", {"u": cred}.get)
+    client = ScramClient("SCRAM-SHA-256", "u", "pw")
+    first = server.evaluate(client.first())
+    server_nonce = dict(p.split("=", 1) for p in first.decode().split(","))["r"]
+    server.evaluate(_final_with_nonce(client, first, client._nonce + server_nonce))
+    assert server.complete
+    # a nonce that does not end with the server's is refused
+    server = ScramServer("SCRAM-SHA-256", {"u": cred}.get)
+    client = ScramClient("SCRAM-SHA-256", "u", "pw")
+    first = server.evaluate(client.first())
+    with pytest.raises(SaslFormatError, match="nonce"):
+        server.evaluate(_final_with_nonce(client, first, client._nonce + "forged"))
+    with pytest.raises(SaslFormatError, match="channel binding"):
+        ScramServer("SCRAM-SHA-256", {"u": cred}.get).evaluate(b"p=tls-unique,,n=u,r=abc")
+    with pytest.raises(SaslFormatError):
+        ScramServer("SCRAM-SHA-256", {"u": cred}.get).evaluate(b"garbage")
+
+
+def test_stored_credential_matches_salted_password():
+    salt = os.urandom(16)
+    salted = salted_password("SCRAM-SHA-512", "pw", salt, 4096)
+    assert credential_from_salted("SCRAM-SHA-512", salted, salt, 4096) == scram_credential("SCRAM-SHA-512", "pw", 4096, salt)
+
+
+# ---------------------------------------------------------------------- TLS names
+
+def test_subject_dn_is_rfc2253_most_specific_first():
+    cert = {"subject": ((("countryName", "US"),), (("organizationName", "Example, Inc"),),
+                        (("organizationalUnitName", "eng"),), (("commonName", "alice"),))}
+    assert subject_dn(cert) == r"CN=alice,OU=eng,O=Example\, Inc,C=US"
+    email = {"subject": ((("commonName", "x"),), (("emailAddress", "a@b"),))}
+    assert subject_dn(email) == "1.2.840.113549.1.9.1=#1603614062,CN=x"
+
+
+def test_principal_mapping_rules():
+    m = PrincipalMapper("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/L,DEFAULT")
+    assert m.name("CN=kafka-svc,OU=ServiceUsers,O=Org,C=US") == "kafka-svc"
+    assert m.name("CN=Alice,OU=ENG,O=Org,C=US") == "alice@eng"
+    assert m.name("CN=plain") == "CN=plain"
+    upper = PrincipalMapper("RULE:^CN=([a-z]+)$/$1/U")
+    assert upper.name("CN=bob") == "BOB"
+    with pytest.raises(NoMatchingRule):
+        upper.name("CN=Bob,O=x")
+    assert PrincipalMapper("DEFAULT").name("CN=a,O=b") == "CN=a,O=b"
+    with pytest.raises(ConfigError, match="Invalid rule"):
+        PrincipalMapper("RULE:missing-slashes")
+
+
+def test_iana_cipher_names():
+    assert iana_to_openssl("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256") == "ECDHE-RSA-AES128-GCM-SHA256"
+    assert iana_to_openssl("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256") == "ECDHE-ECDSA-CHACHA20-POLY1305"
+    assert iana_to_openssl("TLS_RSA_WITH_AES_256_GCM_SHA384") == "AES256-GCM-SHA384"
+    assert iana_to_openssl("ECDHE-RSA-AES128-GCM-SHA256") == "ECDHE-RSA-AES128-GCM-SHA256"
+
+
+def test_jaas_text():
+    text = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="a\\"b" user_admin="a\\"b" user_alice=alice-secret;')
+    [(module, flag, options)] = parse_jaas("p", text)
+    assert module.endswith("PlainLoginModule") and flag == "required" and options["password"] == 'a"b'
+    assert plain_users("p", text) == {"admin": 'a"b', "alice": "alice-secret"}
+    for bad in ("PlainLoginModule user_a=b;", "PlainLoginModule required user_a=b", "x required a;"):
+        with pytest.raises(ConfigError) as ei:
+            parse_jaas("listener.name.x.plain.sasl.jaas.config", bad)
+        assert "[hidden]" in str(ei.value) and "user_a=b" not in str(ei.value)
+
+
+# ---------------------------------------------------------------------- authorizer
+
+def _authz(tmp_path, acls, super_users="", allow_if_none=False):
+    store = AclStore(str(tmp_path))
+    store.change(add=acls)
+    return A.Authorizer(store, super_users, allow_if_none)
+
+
+def acl(rtype, name, op, perm=A.ALLOW, principal="User:alice", pattern=A.LITERAL, host="*"):
+    return AclBinding(rtype, name, pattern, principal, host, op, perm)
+
+
+def test_authorizer_rules(tmp_path):
+    z = _authz(tmp_path, [
+        acl(A.TOPIC, "orders", A.READ),
+        acl(A.TOPIC, "app-", A.WRITE, pattern=A.PREFIXED),
+        acl(A.TOPIC, "*", A.DESCRIBE, principal="User:*"),
+        acl(A.TOPIC, "app-secret", A.WRITE, perm=A.DENY, principal="User:*"),
+        acl(A.GROUP, "g", A.ALL, host="10.0.0.1"),
+        acl(A.TOPIC, "cfg", A.ALTER_CONFIGS),
+        acl(A.TOPIC, "deny-read", A.READ, perm=A.DENY),
+        acl(A.TOPIC, "deny-read", A.DESCRIBE),
+    ], super_users="User:admin;User:ops")
+    ok = lambda op, rtype, name, who="User:alice", host="127.0.0.1": z.allowed(who, host, op, rtype, name)  # noqa: E731
+    assert ok(A.READ, A.TOPIC, "orders") and not ok(A.WRITE, A.TOPIC, "orders")
+    assert ok(A.DESCRIBE, A.TOPIC, "orders")  # READ implies DESCRIBE
+    assert ok(A.WRITE, A.TOPIC, "app-1") and not ok(A.WRITE, A.TOPIC, "ap")  # prefixed
+    assert not ok(A.WRITE, A.TOPIC, "app-secret")  # DENY wins, User:* included
+    assert ok(A.DESCRIBE, A.TOPIC, "anything", who="User:bob")  # wildcard name and principal
+    assert ok(A.READ, A.GROUP, "g", host="10.0.0.1") and not ok(A.READ, A.GROUP, "g")  # host
+    assert ok(A.DESCRIBE_CONFIGS, A.TOPIC, "cfg")  # ALTER_CONFIGS implies DESCRIBE_CONFIGS
+    assert not ok(A.READ, A.TOPIC, "deny-read") and ok(A.DESCRIBE, A.TOPIC, "deny-read")  # DENY implies nothing
+    assert ok(A.ALTER, A.CLUSTER, A.CLUSTER_NAME, who="User:ops")  # super user
+    assert not ok(A.READ, A.TOPIC, "no-acl-at-all")
+
+
+def test_allow_everyone_if_no_acl_found(tmp_path):
+    z = _authz(tmp_path, [acl(A.TOPIC, "guarded", A.READ)], allow_if_none=True)
+    assert z.allowed("User:bob", "h", A.WRITE, A.TOPIC, "free")  # no ACL on the resource
+    assert not z.allowed("User:bob", "h", A.READ, A.TOPIC, "guarded")  # an ACL exists: denied
+
+
+def test_authorized_operations_bitfield(tmp_path):
+    z = _authz(tmp_path, [acl(A.TOPIC, "t", A.READ), acl(A.TOPIC, "t", A.ALTER_CONFIGS)])
+    session = SimpleNamespace(principal="User:alice", client_ip="1.2.3.4")
+    assert z.authorized_ops(session, A.TOPIC, "t") == (1 << A.READ) | (1 << A.DESCRIBE) | \
+        (1 << A.ALTER_CONFIGS) | (1 << A.DESCRIBE_CONFIGS)
+
+
+def test_acl_filters():
+    f = SimpleNamespace(resource_type_filter=A.TOPIC, resource_name_filter="app-1", pattern_type_filter=A.MATCH,
+                        principal_filter=None, host_filter=None, operation=A.ANY_OP, permission_type=A.ANY_PERMISSION)
+    assert A.filter_matches(f, acl(A.TOPIC, "app-", A.WRITE, pattern=A.PREFIXED))
+    assert A.filter_matches(f, acl(A.TOPIC, "*", A.WRITE))
+    assert not A.filter_matches(f, acl(A.TOPIC, "other", A.WRITE))
+    f.pattern_type_filter = A.LITERAL
+    assert not A.filter_matches(f, acl(A.TOPIC, "*", A.WRITE))
+    f.pattern_type_filter, f.principal_filter = A.ANY_PATTERN, "User:bob"
+    assert not A.filter_matches(f, acl(A.TOPIC, "app-1", A.WRITE))
+
+
+# ---------------------------------------------------------------------- stores
+
+def test_acl_store_is_durable_and_refuses_a_damaged_file(tmp_path):
+    store = AclStore(str(tmp_path))
+    a = acl(A.GROUP, "name with spaces/%", A.READ, principal="User:CN=x,O=y")
+    store.change(add=[a, acl(A.TOPIC, "t", A.WRITE)])
+    store.change(remove=[acl(A.TOPIC, "t", A.WRITE)])
+    assert AclStore(str(tmp_path)).all() == frozenset({a})
+    (tmp_path / "acls").write_text("chronolog-acls 1\nTOPIC LITERAL User:a * READ\n")
+    with pytest.raises(AclStoreError, match="line 2"):
+        AclStore(str(tmp_path))
+
+
+def test_scram_store_keeps_no_password(tmp_path):
+    store = ScramCredentialStore(str(tmp_path))
+    cred = scram_credential("SCRAM-SHA-256", "the-password", 4096)
+    store.apply({("bob smith", "SCRAM-SHA-256"): (cred.salt, cred.stored_key, cred.server_key, cred.iterations)}, [])
+    again = ScramCredentialStore(str(tmp_path))
+    assert ScramCredential(*again.get("bob smith", "SCRAM-SHA-256")) == cred
+    assert again.users() == {"bob smith": [("SCRAM-SHA-256", 4096)]}
+    assert "the-password" not in (tmp_path / "scram-credentials").read_text()
+    again.apply({}, [("bob smith", "SCRAM-SHA-256")])
+    assert ScramCredentialStore(str(tmp_path)).users() == {}
+    (tmp_path / "scram-credentials").write_text("something else\n")
+    with pytest.raises(CredentialStoreError, match="line 1"):
+        ScramCredentialStore(str(tmp_path))
+
+
+def test_security_metrics_are_exported():
+    from prometheus_client import generate_latest
+
+    from broker.metrics import BrokerMetrics
+
+    m = BrokerMetrics(process_metrics=False)
+    m.authentication("SASL_SSL", "PLAIN", False)
+    m.authorization_denied("Produce", "Topic")
+    m.connection_rejected("PLAINTEXT")
+    m.connections_changed("PLAINTEXT", 3)
+    text = generate_latest(m.registry).decode()
+    assert 'chronolog_authentications_total{listener="SASL_SSL",mechanism="PLAIN",result="failure"} 1.0' in text
+    assert 'chronolog_authorization_denied_total{api="Produce",resource_type="Topic"} 1.0' in text
+    assert 'chronolog_connections{listener="PLAINTEXT"} 3.0' in text
