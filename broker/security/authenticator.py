@@ -139,7 +139,7 @@ class Authenticator:
             auth_bytes=b""))
 
     def session_expired(self, session: Session) -> bool:
-        return session.expires_at_ms is not None and self.ctx.clock.now_ms() > session.expires_at_ms
+        return session.expires_at_ms is not None and self.ctx.clock.monotonic_ms() > session.expires_at_ms
 
     # -- steps -------------------------------------------------------------------------
     def _handshake(self, conn, header, offset, frame):
@@ -243,7 +243,7 @@ class Authenticator:
         session.reauthenticating = False
         session.server = None
         reauth = session.listener.reauth_ms_for(session.mechanism)
-        session.expires_at_ms = self.ctx.clock.now_ms() + reauth if reauth > 0 else None
+        session.expires_at_ms = self.ctx.clock.monotonic_ms() + reauth if reauth > 0 else None
         self._count(session.listener, session.mechanism, True)
         if first:
             log.debug("%s authenticated as %s with %s on listener %s", conn._peer, principal,
@@ -253,7 +253,7 @@ class Authenticator:
     def _lifetime(self, session: Session) -> int:
         if session.expires_at_ms is None:
             return 0
-        return max(0, session.expires_at_ms - self.ctx.clock.now_ms())
+        return max(0, int(session.expires_at_ms - self.ctx.clock.monotonic_ms()))
 
     # -- outcomes ----------------------------------------------------------------------
     def _encode(self, header, body):

@@ -639,3 +639,56 @@ def test_cli_acls_and_scram_users_with_command_config(tmp_path, certs):
         assert _produce_error(conf, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         b.stop()
+
+
+def test_reauthentication_and_session_expiry(tmp_path):
+    """connections.max.reauth.ms: SaslAuthenticate v1 tells the session lifetime; a
+    connection that does not re-authenticate is closed at its first request after it;
+    one that re-authenticates (same mechanism, same principal) keeps working, and
+    confluent-kafka (librdkafka re-authenticates, KIP-368) produces across several
+    lifetimes."""
+    b = start_broker(tmp_path, {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "connections.max.reauth.ms": "1500",
+    })
+    try:
+        plain = b"\0alice\0" + ALICE_PW.encode()
+        with RawConn(b.port) as c:
+            assert _sasl_handshake(c, "PLAIN")[0] == 0
+            err, msg, lifetime = _sasl_authenticate(c, plain)
+            assert err == 0 and 1000 <= lifetime <= 1500
+            assert c.request(3, 1, helpers.metadata_request_v1([]), 3)
+            time.sleep(1.7)
+            c.send(frame(request_header_v1(3, 1, 4) + helpers.metadata_request_v1([])))
+            assert c.wait_closed(5)
+        with RawConn(b.port) as c:
+            assert _sasl_handshake(c, "PLAIN")[0] == 0
+            assert _sasl_authenticate(c, plain)[0] == 0
+            time.sleep(1.0)
+            assert _sasl_handshake(c, "PLAIN", cid=5)[0] == 0  # re-authentication
+            err, _, lifetime = _sasl_authenticate(c, plain, cid=6)
+            assert err == 0 and lifetime > 1000
+            time.sleep(1.0)  # past the first session, inside the second
+            assert c.request(3, 1, helpers.metadata_request_v1([]), 7)
+            # another principal on re-authentication is refused
+            assert _sasl_handshake(c, "PLAIN", cid=8)[0] == 0
+            err, msg, _ = _sasl_authenticate(c, b"\0bob\0" + BOB_PW.encode(), cid=9)
+            assert err == 58 and "Cannot change principals" in msg
+            assert c.wait_closed(5)
+        topic = unique_topic("reauth")
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(_plain(b.port, "alice", ALICE_PW))
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(15)
+        from confluent_kafka import Producer
+
+        p = Producer({**_plain(b.port, "alice", ALICE_PW), "message.timeout.ms": 10000})
+        delivered = []
+        for i in range(8):  # ~4 s: two or three session lifetimes on one connection
+            p.produce(topic, f"r{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
+            p.flush(10)
+            time.sleep(0.5)
+        assert delivered == [None] * 8
+    finally:
+        b.stop()
