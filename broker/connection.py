@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import struct
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("chronolog.connection")
 
 _SIZE = struct.Struct(">i")
+_now = time.monotonic
 _BUFFERED_HIGH_WATER = 64 * 1024 * 1024
 _INITIAL_BUFFER = 256 * 1024
 _MIN_READ = 64 * 1024
@@ -66,12 +68,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "_memory_paused",
         "listener",
         "session",
+        "last_active",
     )
 
     def __init__(self, dispatcher: "Dispatcher", listener=None) -> None:
         self._dispatcher = dispatcher
         self.listener = listener  # broker.security.listeners.Listener (None: in-process tests)
         self.session = None  # broker.security.authenticator.Session, set when connected
+        self.last_active = 0.0  # loop time of the last byte read or written (connections.max.idle.ms)
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray(_INITIAL_BUFFER)
         self._view = memoryview(self._buf)
@@ -92,6 +96,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self.last_active = _now()
         peer = transport.get_extra_info("peername")
         if peer:
             self._peer = f"{peer[0]}:{peer[1]}"
@@ -132,6 +137,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._end += nbytes
+        self.last_active = _now()
         if not self._busy and not self._write_paused:
             self._process()
         # requests queued behind one in flight: stop reading past the high-water mark (an
@@ -264,6 +270,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         transport = self._transport
         if self._closed or transport is None:
             return
+        self.last_active = _now()
         for chunk in chunks:
             if isinstance(chunk, (bytes, bytearray, memoryview)):
                 if chunk:

@@ -118,6 +118,10 @@ class BrokerServer:
             if await self.metrics_server.start():
                 # cancelled (and so closed) with the other tasks by stop()
                 self._tasks.append(asyncio.ensure_future(self.metrics_server.serve_until_cancelled()))
+        idle_ms = getattr(cfg, "connections_max_idle_ms", -1)
+        if idle_ms and idle_ms > 0:
+            self._tasks.append(asyncio.ensure_future(self._periodic(
+                "idle connections", max(100, min(idle_ms // 4, 30000)), lambda: self._close_idle(idle_ms))))
         self._tasks += [
             asyncio.ensure_future(self._periodic("log retention", cfg.log_retention_check_interval_ms,
                                                  cleanup_logs)),
@@ -143,6 +147,18 @@ class BrokerServer:
             cluster_id,
             ",".join(cfg.log_dirs),
         )
+
+    def _close_idle(self, idle_ms: int) -> None:
+        """connections.max.idle.ms: close connections with no bytes read or written for
+        that long (never one with a request in flight), as Kafka's Selector does."""
+        import time
+
+        cutoff = time.monotonic() - idle_ms / 1000.0
+        for conn in list(self.dispatcher.connections):
+            if not conn._busy and not conn._closed and conn.last_active < cutoff:
+                log.debug("closing connection from %s: idle for more than connections.max.idle.ms=%d",
+                          conn._peer, idle_ms)
+                conn.close()
 
     async def _periodic(self, what: str, interval_ms: int, fn) -> None:
         """Run ``fn`` every ``interval_ms`` (first run one interval after start; Kafka

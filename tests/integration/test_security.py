@@ -692,3 +692,19 @@ def test_reauthentication_and_session_expiry(tmp_path):
         assert delivered == [None] * 8
     finally:
         b.stop()
+
+
+def test_idle_connections_are_closed(tmp_path):
+    b = start_broker(tmp_path, {"connections.max.idle.ms": "1200"})
+    try:
+        idle, busy = RawConn(b.port), RawConn(b.port)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # one connection keeps talking
+            assert busy.request(18, 0, b"", 1)
+            time.sleep(0.2)
+        assert idle.wait_closed(3)
+        assert busy.request(18, 0, b"", 2)
+        idle.close()
+        busy.close()
+    finally:
+        b.stop()
