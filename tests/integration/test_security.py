@@ -544,8 +544,17 @@ def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
         # Metadata shows only what alice may describe (WRITE/READ imply DESCRIBE)
         names = set(AdminClient(alice).list_topics(timeout=15).topics)
         assert topic in names and hidden not in names
-        # creating topics and ACLs needs the cluster
+        # authorized operations, as librdkafka's admin client reads them (Metadata v8+, DescribeCluster)
+        from confluent_kafka import TopicCollection
+
         alice_admin = AdminClient(alice)  # kept: a collected client cancels its futures
+        desc = alice_admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(15)
+        assert {op.name for op in desc.authorized_operations} == {"READ", "WRITE", "DESCRIBE"}
+        cluster = alice_admin.describe_cluster(include_authorized_operations=True).result(15)
+        assert not cluster.authorized_operations
+        cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+        assert {op.name for op in cluster.authorized_operations} >= {"ALTER", "DESCRIBE", "CREATE", "IDEMPOTENT_WRITE"}
+        # creating topics and ACLs needs the cluster
         res = alice_admin.create_topics([NewTopic(unique_topic("nope"), 1)])
         with pytest.raises(Exception) as ei:
             list(res.values())[0].result(15)
