@@ -203,7 +203,7 @@ def test_usage_errors_exit_2_before_connecting(argv, word, code, capsys):
 
 def test_argparse_usage_errors_exit_2(capsys):
     for argv in (["get-offsets"], ["topics", "--bootstrap-server", "h:1"],
-                 ["configs", "--bootstrap-server", "h:1", "--entity-type", "users", "--describe"],
+                 ["configs", "--bootstrap-server", "h:1", "--entity-type", "clients", "--describe"],
                  ["consumer-groups", "--bootstrap-server", "h:1", "--list", "--describe"]):
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
