@@ -127,17 +127,18 @@ static int finish_record(Walker *w, int64_t tsd, int32_t offd, int keynull) {
 
 /* ------------------------------------------------------------------ fast path */
 
-/* 1: value read; 0: ran past ``end``; -1: too long */
-static inline int rd_v32(const uint8_t **pp, const uint8_t *end, int32_t *out) {
+/* A varint of at most ``maxb`` bytes at *pp, still zig-zag encoded.
+ * 1: value read; 0: ran past ``end``; -1: too long */
+static inline int rd_raw(const uint8_t **pp, const uint8_t *end, int maxb, uint64_t *raw) {
     const uint8_t *p = *pp;
-    uint32_t raw = 0;
-    for (int i = 0; i < 5; i++) {
+    uint64_t acc = 0;
+    for (int i = 0; i < maxb; i++) {
         if (p >= end)
             return 0;
         uint8_t b = *p++;
-        raw |= (uint32_t)(b & 0x7f) << (7 * i);
+        acc |= (uint64_t)(b & 0x7f) << (7 * i);
         if (!(b & 0x80)) {
-            *out = (int32_t)((raw >> 1) ^ (uint32_t)(-(int32_t)(raw & 1)));
+            *raw = acc;
             *pp = p;
             return 1;
         }
@@ -145,21 +146,23 @@ static inline int rd_v32(const uint8_t **pp, const uint8_t *end, int32_t *out) {
     return -1;
 }
 
-static inline int rd_v64(const uint8_t **pp, const uint8_t *end, int64_t *out) {
-    const uint8_t *p = *pp;
-    uint64_t raw = 0;
-    for (int i = 0; i < 10; i++) {
-        if (p >= end)
-            return 0;
-        uint8_t b = *p++;
-        raw |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
-            *pp = p;
-            return 1;
-        }
+/* varint (5 bytes, Java int wrap: bits past 32 dropped) and varlong (10 bytes) */
+static inline int rd_v32(const uint8_t **pp, const uint8_t *end, int32_t *out) {
+    uint64_t raw;
+    int r = rd_raw(pp, end, 5, &raw);
+    if (r == 1) {
+        uint32_t u = (uint32_t)raw;
+        *out = (int32_t)((u >> 1) ^ (uint32_t)(-(int32_t)(u & 1)));
     }
-    return -1;
+    return r;
+}
+
+static inline int rd_v64(const uint8_t **pp, const uint8_t *end, int64_t *out) {
+    uint64_t raw;
+    int r = rd_raw(pp, end, 10, &raw);
+    if (r == 1)
+        *out = (int64_t)((raw >> 1) ^ (uint64_t)(-(int64_t)(raw & 1)));
+    return r;
 }
 
 #define RD32(var, what)                                                                   \
@@ -170,6 +173,17 @@ static inline int rd_v64(const uint8_t **pp, const uint8_t *end, int64_t *out) {
                                  (long long)w->done, what)                                \
                           : fail(w, "record %lld: %s runs past the record's length %d",   \
                                  (long long)w->done, what, len);                          \
+    } while (0)
+
+/* past a field of n bytes (none when n <= 0: null) that must end in the record */
+#define SKIP(n, what)                                                                     \
+    do {                                                                                  \
+        if ((n) > 0) {                                                                    \
+            if (rend - p < (n))                                                           \
+                return fail(w, "record %lld: %s length %d runs past the record's length %d", \
+                            (long long)w->done, what, (n), len);                          \
+            p += (n);                                                                     \
+        }                                                                                 \
     } while (0)
 
 /* Parse one whole record at *pp if it lies inside [*pp, end).  Returns 1 parsed,
@@ -203,19 +217,9 @@ static int fast_record(Walker *w, const uint8_t **pp, const uint8_t *end) {
     int32_t offd, klen, vlen, nh;
     RD32(offd, "offset delta");
     RD32(klen, "key length");
-    if (klen > 0) {
-        if (rend - p < klen)
-            return fail(w, "record %lld: key length %d runs past the record's length %d",
-                        (long long)w->done, klen, len);
-        p += klen;
-    }
+    SKIP(klen, "key");
     RD32(vlen, "value length");
-    if (vlen > 0) {
-        if (rend - p < vlen)
-            return fail(w, "record %lld: value length %d runs past the record's length %d",
-                        (long long)w->done, vlen, len);
-        p += vlen;
-    }
+    SKIP(vlen, "value");
     RD32(nh, "header count");
     if (nh < 0)
         return fail(w, "record %lld: invalid number of record headers %d", (long long)w->done, nh);
@@ -227,17 +231,9 @@ static int fast_record(Walker *w, const uint8_t **pp, const uint8_t *end) {
         RD32(hk, "header key length");
         if (hk < 0)
             return fail(w, "record %lld: invalid negative header key size %d", (long long)w->done, hk);
-        if (rend - p < hk)
-            return fail(w, "record %lld: header key length %d runs past the record's length %d",
-                        (long long)w->done, hk, len);
-        p += hk;
+        SKIP(hk, "header key");
         RD32(hv, "header value length");
-        if (hv > 0) {
-            if (rend - p < hv)
-                return fail(w, "record %lld: header value length %d runs past the record's length %d",
-                            (long long)w->done, hv, len);
-            p += hv;
-        }
+        SKIP(hv, "header value");
     }
     if (p != rend)
         return fail(w, "record %lld: invalid record size: expected %d bytes in record payload, read %lld",

@@ -82,6 +82,15 @@ def _varint(buf, p: int, end: int, max_bytes: int, index: int, what: str, limit_
     raise PyWalkError(f"record {index}: {what} varint is longer than {max_bytes} bytes")
 
 
+def _skip(p: int, rend: int, n: int, index: int, what: str, length: int) -> int:
+    """Past a field of ``n`` bytes (none when ``n`` <= 0: null) that must end in the record."""
+    if n > 0:
+        if rend - p < n:
+            raise PyWalkError(f"record {index}: {what} length {n} runs past the record's length {length}")
+        p += n
+    return p
+
+
 class PyRecordWalker:
     """Reference implementation of the record walk (see the module docstring)."""
 
@@ -143,15 +152,9 @@ class PyRecordWalker:
         tsd, p = _varint(buf, p, rend, 10, i, "timestamp delta", length)
         offd, p = _varint(buf, p, rend, 5, i, "offset delta", length)
         klen, p = _varint(buf, p, rend, 5, i, "key length", length)
-        if klen > 0:
-            if rend - p < klen:
-                raise PyWalkError(f"record {i}: key length {klen} runs past the record's length {length}")
-            p += klen
+        p = _skip(p, rend, klen, i, "key", length)
         vlen, p = _varint(buf, p, rend, 5, i, "value length", length)
-        if vlen > 0:
-            if rend - p < vlen:
-                raise PyWalkError(f"record {i}: value length {vlen} runs past the record's length {length}")
-            p += vlen
+        p = _skip(p, rend, vlen, i, "value", length)
         nh, p = _varint(buf, p, rend, 5, i, "header count", length)
         if nh < 0:
             raise PyWalkError(f"record {i}: invalid number of record headers {nh}")
@@ -162,15 +165,9 @@ class PyRecordWalker:
             hk, p = _varint(buf, p, rend, 5, i, "header key length", length)
             if hk < 0:
                 raise PyWalkError(f"record {i}: invalid negative header key size {hk}")
-            if rend - p < hk:
-                raise PyWalkError(f"record {i}: header key length {hk} runs past the record's length {length}")
-            p += hk
+            p = _skip(p, rend, hk, i, "header key", length)
             hv, p = _varint(buf, p, rend, 5, i, "header value length", length)
-            if hv > 0:
-                if rend - p < hv:
-                    raise PyWalkError(
-                        f"record {i}: header value length {hv} runs past the record's length {length}")
-                p += hv
+            p = _skip(p, rend, hv, i, "header value", length)
         if p != rend:
             raise PyWalkError(f"record {i}: invalid record size: expected {length} bytes in record payload, "
                               f"read {length - (rend - p)}")
