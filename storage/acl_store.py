@@ -23,12 +23,11 @@ import threading
 from typing import Iterable, NamedTuple
 from urllib.parse import quote, unquote
 
-from storage.checkpoint import atomic_write
+from storage.checkpoint import read_headed_lines, write_headed_lines
 from storage.errors import StorageError
 
 FILE_NAME = "acls"
-_MAGIC = "chronolog-acls"
-_VERSION = 1
+_HEADER = "chronolog-acls 1"  # magic and version
 
 RESOURCE_TYPES = {2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID", 6: "DELEGATION_TOKEN", 7: "USER"}
 PATTERN_TYPES = {3: "LITERAL", 4: "PREFIXED"}
@@ -64,21 +63,8 @@ class AclStore:
         self._acls: frozenset[AclBinding] = self._load()
 
     def _load(self) -> frozenset:
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return frozenset()
-        try:
-            lines = raw.decode("utf-8").split("\n")
-        except UnicodeDecodeError:
-            raise AclStoreError(f"{self.path}: not UTF-8 text") from None
-        if not lines or lines[0] != f"{_MAGIC} {_VERSION}":
-            raise AclStoreError(f"{self.path}: line 1 must be '{_MAGIC} {_VERSION}'")
         out = set()
-        for n, line in enumerate(lines[1:], start=2):
-            if not line:
-                continue
+        for n, line in read_headed_lines(self.path, _HEADER, AclStoreError):
             parts = line.split(" ")
             try:
                 if len(parts) != 7:
@@ -93,12 +79,10 @@ class AclStore:
         return frozenset(out)
 
     def _write(self, acls: Iterable[AclBinding]) -> None:
-        lines = [f"{_MAGIC} {_VERSION}"]
-        for a in sorted(acls):
-            lines.append(" ".join([RESOURCE_TYPES[a.resource_type], PATTERN_TYPES[a.pattern_type], _enc(a.principal),
-                                   _enc(a.host), OPERATIONS[a.operation], PERMISSIONS[a.permission],
-                                   _enc(a.resource_name)]))
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+        write_headed_lines(self.path, _HEADER, [
+            " ".join([RESOURCE_TYPES[a.resource_type], PATTERN_TYPES[a.pattern_type], _enc(a.principal),
+                      _enc(a.host), OPERATIONS[a.operation], PERMISSIONS[a.permission], _enc(a.resource_name)])
+            for a in sorted(acls)])
 
     def all(self) -> frozenset:
         """A snapshot (immutable: readers never see a half-applied change)."""

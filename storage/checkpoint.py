@@ -40,6 +40,8 @@ __all__ = [
     "read_checkpoint",
     "write_checkpoint",
     "atomic_write",
+    "read_headed_lines",
+    "write_headed_lines",
 ]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -101,6 +103,29 @@ def write_checkpoint(path: str, entries: dict[tuple[str, int], int]) -> None:
     lines = [str(_VERSION), str(len(entries))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def read_headed_lines(path: str, header: str, error_cls: type) -> list[tuple[int, str]]:
+    """The non-empty lines of a UTF-8 text file after its first line, which must be
+    ``header`` (a magic and version), with their line numbers; ``[]`` when the file does
+    not exist. A damaged file raises ``error_cls`` naming it (the ACL and SCRAM stores)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return []
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise error_cls(f"{path}: not UTF-8 text") from None
+    if lines[0] != header:
+        raise error_cls(f"{path}: line 1 must be '{header}'")
+    return [(n, line) for n, line in enumerate(lines[1:], start=2) if line]
+
+
+def write_headed_lines(path: str, header: str, lines: list[str]) -> None:
+    """``header`` then ``lines``, written atomically (``atomic_write``)."""
+    atomic_write(path, ("\n".join([header, *lines]) + "\n").encode("utf-8"))
 
 
 def atomic_write(path: str, data: bytes) -> None:

@@ -24,12 +24,11 @@ import os
 import threading
 from urllib.parse import quote, unquote
 
-from storage.checkpoint import atomic_write
+from storage.checkpoint import read_headed_lines, write_headed_lines
 from storage.errors import StorageError
 
 FILE_NAME = "scram-credentials"
-_MAGIC = "chronolog-scram-credentials"
-_VERSION = 1
+_HEADER = "chronolog-scram-credentials 1"  # magic and version
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -49,21 +48,8 @@ class ScramCredentialStore:
         self._creds: dict[tuple[str, str], tuple[bytes, bytes, bytes, int]] = self._load()
 
     def _load(self) -> dict:
-        try:
-            with open(self.path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return {}
-        try:
-            lines = raw.decode("utf-8").split("\n")
-        except UnicodeDecodeError:
-            raise CredentialStoreError(f"{self.path}: not UTF-8 text") from None
-        if not lines or lines[0] != f"{_MAGIC} {_VERSION}":
-            raise CredentialStoreError(f"{self.path}: line 1 must be '{_MAGIC} {_VERSION}'")
         out = {}
-        for n, line in enumerate(lines[1:], start=2):
-            if not line:
-                continue
+        for n, line in read_headed_lines(self.path, _HEADER, CredentialStoreError):
             parts = line.split(" ")
             try:
                 if len(parts) != 6 or parts[1] not in MECHANISMS:
@@ -78,11 +64,10 @@ class ScramCredentialStore:
         return out
 
     def _write(self, creds: dict) -> None:
-        lines = [f"{_MAGIC} {_VERSION}"]
-        for (user, mech), (salt, stored, server, it) in sorted(creds.items()):
-            b64 = [base64.b64encode(x).decode() for x in (salt, stored, server)]
-            lines.append(" ".join([quote(user, safe=""), mech, str(it), *b64]))
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+        write_headed_lines(self.path, _HEADER, [
+            " ".join([quote(user, safe=""), mech, str(it),
+                      *(base64.b64encode(x).decode() for x in (salt, stored, server))])
+            for (user, mech), (salt, stored, server, it) in sorted(creds.items())])
 
     def get(self, user: str, mechanism: str):
         return self._creds.get((user, mechanism))
