@@ -61,6 +61,13 @@ class BrokerContext:
             return True
         return self.authorizer.authorize(session, op, rtype, name, api)
 
+    def unauthorized(self, session, op: int, rtype: int, names, api: str = "") -> frozenset:
+        """Those of ``names`` (each asked once) the session may not do ``op`` on: the
+        per-topic check of Produce, Fetch, ListOffsets, OffsetCommit and the like."""
+        if self.authorizer is None or session is None:
+            return frozenset()
+        return frozenset(n for n in set(names) if not self.authorizer.authorize(session, op, rtype, n, api))
+
     def authorized_ops(self, session, rtype: int, name: str) -> int:
         """Kafka's authorized-operations bitfield for the resource."""
         from broker.security.authorizer import SUPPORTED_OPS

@@ -82,7 +82,7 @@ class Dispatcher:
         from broker.security.authenticator import Authenticator
         from broker.security.limits import ConnectionLimits
 
-        self.authenticator = Authenticator(ctx, handlers.api_versions.handle)
+        self.authenticator = Authenticator(ctx)
         self.limits = ConnectionLimits(ctx.config, self.metrics)
 
     # -- connections -----------------------------------------------------------------------

@@ -149,8 +149,7 @@ def handle(ctx, header, request, session=None):
         # a follower's fetch (KafkaApis: CLUSTER_ACTION on the cluster, every partition)
         denied = frozenset(t.topic for t in request.topics)
     else:
-        denied = frozenset(name for name in {t.topic for t in request.topics}
-                           if not ctx.authorize(session, A.READ, A.TOPIC, name, "Fetch"))
+        denied = ctx.unauthorized(session, A.READ, A.TOPIC, (t.topic for t in request.topics), "Fetch")
     response, total, had_error = _read_all(ctx, version, request, denied)
     allowed = [t for t in request.topics if t.topic not in denied]
     if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed

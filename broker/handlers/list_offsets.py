@@ -43,8 +43,7 @@ def _resp(index, code=0, offset=-1, timestamp=-1, old_style=None):
 def handle(ctx, header, request, session=None):
     version = header.api_version
     lm = ctx.log_manager
-    denied = frozenset(name for name in {t.name for t in request.topics}
-                       if not ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "ListOffsets"))
+    denied = ctx.unauthorized(session, A.DESCRIBE, A.TOPIC, (t.name for t in request.topics), "ListOffsets")
     seen = {}
     for t in request.topics:
         for p in t.partitions:

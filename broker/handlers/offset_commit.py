@@ -26,8 +26,7 @@ def handle(ctx, header, request, session=None):
             Topic(name=t.name, partitions=[Partition(partition_index=p.partition_index,
                                                      error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED)) for p in t.partitions])
             for t in request.topics])
-    denied = {name for name in {t.name for t in request.topics}
-              if not ctx.authorize(session, A.READ, A.TOPIC, name, "OffsetCommit")}
+    denied = ctx.unauthorized(session, A.READ, A.TOPIC, (t.name for t in request.topics), "OffsetCommit")
     offsets = []
     for t in request.topics:
         if t.name in denied:

@@ -15,7 +15,7 @@ def handle(ctx, header, request, session=None):
     coord = getattr(ctx, "group_coordinator", None)
     if not ctx.authorize(session, A.DELETE, A.GROUP, request.group_id, "OffsetDelete"):
         return R(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), throttle_time_ms=0, topics=[])
-    denied = {t.name for t in request.topics if not ctx.authorize(session, A.READ, A.TOPIC, t.name, "OffsetDelete")}
+    denied = ctx.unauthorized(session, A.READ, A.TOPIC, (t.name for t in request.topics), "OffsetDelete")
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name not in denied]
     if coord is None:
         return R(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), throttle_time_ms=0, topics=[])

@@ -37,7 +37,7 @@ def _fetch_authorized(ctx, session, coord, group_id, topics):
         err, out = _fetch(coord, group_id, None)
         return err, {name: rows for name, rows in out.items()
                      if ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "OffsetFetch")}
-    denied = {name for name, _ in topics if not ctx.authorize(session, A.DESCRIBE, A.TOPIC, name, "OffsetFetch")}
+    denied = ctx.unauthorized(session, A.DESCRIBE, A.TOPIC, (name for name, _ in topics), "OffsetFetch")
     err, out = _fetch(coord, group_id, [(n, parts) for n, parts in topics if n not in denied])
     if denied:
         code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)

@@ -99,8 +99,7 @@ def handle(ctx, header, request, session=None):
                 _error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for p in t.partition_data]))
         return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
     # WRITE on each topic, before anything else about it (an unknown topic included)
-    denied = frozenset(name for name in {t.name for t in request.topic_data}
-                       if not ctx.authorize(session, A.WRITE, A.TOPIC, name, "Produce"))
+    denied = ctx.unauthorized(session, A.WRITE, A.TOPIC, (t.name for t in request.topic_data), "Produce")
     items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
              for t in request.topic_data for p in t.partition_data]
     results: list = []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,7 +47,7 @@ from protocol.sasl import (
 log = logging.getLogger("chronolog.security")
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-_STRUCT = __import__("struct").Struct(">i")
+_STRUCT = struct.Struct(">i")
 
 # handle_unauthenticated's answer for ApiVersions: the dispatcher serves it as usual
 SERVE = object()
@@ -88,9 +89,8 @@ def new_session(listener, client_ip: str) -> Session:
 class Authenticator:
     """Serves the SASL part of the protocol for every connection of the broker."""
 
-    def __init__(self, ctx, api_versions_handler) -> None:
+    def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self._api_versions = api_versions_handler
 
     # -- entry points (Dispatcher) -----------------------------------------------------
     def handle_unauthenticated(self, conn, frame):
@@ -117,7 +117,7 @@ class Authenticator:
             return self._handshake(conn, header, offset, frame)
         # AUTHENTICATE
         if key != SASL_AUTHENTICATE:
-            return self._illegal_state(conn, header, frame, offset,
+            return self._illegal_state(conn, header,
                                        f"Unexpected Kafka request of type {codec.API_KEYS.get(key, key)} "
                                        "during SASL authentication.")
         return self._authenticate(conn, header, offset, frame)
@@ -259,7 +259,7 @@ class Authenticator:
     def _encode(self, header, body):
         return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
-    def _illegal_state(self, conn, header, frame, offset, message):
+    def _illegal_state(self, conn, header, message):
         if header.api_key == SASL_HANDSHAKE:
             body = SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
             return self._fail(conn, self._encode(header, body), reason=message, delay=False)
@@ -287,7 +287,7 @@ class Authenticator:
 
     def _count(self, listener, mechanism, ok: bool) -> None:
         metrics = getattr(self.ctx, "metrics", None)
-        if metrics is not None and hasattr(metrics, "authentication"):
+        if metrics is not None:
             metrics.authentication(listener.name, mechanism, ok)
 
 

@@ -56,6 +56,11 @@ def parse_super_users(text: str) -> frozenset[str]:
     return frozenset(u.strip() for u in (text or "").split(";") if u.strip())
 
 
+def _principals(principal: str) -> tuple[str, str]:
+    """The principal and its type's wildcard (``User:alice`` -> also ``User:*``)."""
+    return principal, principal.split(":", 1)[0] + ":*"
+
+
 def _result(acl: AclBinding, principals, host: str, op: int):
     """ALLOW / DENY when ``acl`` matches the action, else None (StandardAuthorizerData.findResult)."""
     if acl.principal not in principals:
@@ -107,8 +112,7 @@ class Authorizer:
     def allowed(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         if principal in self.super_users:
             return True
-        ptype = principal.split(":", 1)[0]
-        principals = (principal, ptype + ":*")
+        principals = _principals(principal)
         allow = False
         any_acl = False
         for acl in self._acls_of(rtype):
@@ -129,7 +133,7 @@ class Authorizer:
         if not ok:
             log.debug("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for request = %s",
                       session.principal, op, session.client_ip, RESOURCE_NAMES.get(rtype, rtype), name, api)
-            if self.metrics is not None and hasattr(self.metrics, "authorization_denied"):
+            if self.metrics is not None:
                 self.metrics.authorization_denied(api, RESOURCE_NAMES.get(rtype, str(rtype)))
         return ok
 
@@ -147,8 +151,7 @@ class Authorizer:
         IDEMPOTENT_WRITE, KIP-679). A DENY of the whole type (LITERAL ``*``) wins."""
         if session.principal in self.super_users:
             return True
-        ptype = session.principal.split(":", 1)[0]
-        principals = (session.principal, ptype + ":*")
+        principals = _principals(session.principal)
         allowed = False
         for acl in self._acls_of(rtype):
             r = _result(acl, principals, session.client_ip, op)

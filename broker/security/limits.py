@@ -42,14 +42,14 @@ class ConnectionLimits:
             reason = f"the broker has {self.max_connections} connections (max.connections)"
         if reason is not None:
             log.info("rejecting connection from %s on listener %s: %s", conn._peer, listener.name, reason)
-            if self.metrics is not None and hasattr(self.metrics, "connection_rejected"):
+            if self.metrics is not None:
                 self.metrics.connection_rejected(listener.name)
             return False
         conn.session.counted = True
         self.total += 1
         self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
         self.per_listener[listener.name] = self.per_listener.get(listener.name, 0) + 1
-        if self.metrics is not None and hasattr(self.metrics, "connections_changed"):
+        if self.metrics is not None:
             self.metrics.connections_changed(listener.name, self.per_listener[listener.name])
         return True
 
@@ -66,5 +66,5 @@ class ConnectionLimits:
         else:
             self.per_ip.pop(ip, None)
         self.per_listener[name] = self.per_listener.get(name, 1) - 1
-        if self.metrics is not None and hasattr(self.metrics, "connections_changed"):
+        if self.metrics is not None:
             self.metrics.connections_changed(name, self.per_listener[name])
