@@ -71,9 +71,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         "last_active",
     )
 
-    def __init__(self, dispatcher: "Dispatcher", listener=None) -> None:
+    def __init__(self, dispatcher: "Dispatcher", listener) -> None:
         self._dispatcher = dispatcher
-        self.listener = listener  # broker.security.listeners.Listener (None: in-process tests)
+        self.listener = listener  # broker.security.listeners.Listener it was accepted on
         self.session = None  # broker.security.authenticator.Session, set when connected
         self.last_active = 0.0  # loop time of the last byte read or written (connections.max.idle.ms)
         self._transport: asyncio.Transport | None = None

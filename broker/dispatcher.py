@@ -59,9 +59,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     36: (0, 2, None),
 }
 
-# handlers that also take ``client_host=`` (the member's address in group metadata)
-NEEDS_CLIENT_HOST = frozenset({11})
-# handlers that take ``session=`` (who is asking, through which listener)
+# handlers that take ``session=`` (who is asking, from which address, through which listener)
 TAKES_SESSION = frozenset(k for k, (_lo, _hi, h) in SUPPORTED.items()
                           if h is not None and "session" in inspect.signature(h).parameters)
 SASL_KEYS = frozenset({17, 36})
@@ -90,13 +88,8 @@ class Dispatcher:
         """A new connection: its session (and a TLS client's principal), then the
         connection limits. False closes it."""
         from broker.security.authenticator import new_session
-        from broker.security.listeners import Listener
 
         listener = conn.listener
-        if listener is None:  # an in-process test connection: one PLAINTEXT listener
-            listener = conn.listener = Listener(name="PLAINTEXT", protocol="PLAINTEXT", host=self.ctx.host,
-                                                port=self.ctx.port, advertised_host=self.ctx.host,
-                                                advertised_port=self.ctx.port)
         ip = conn.peer_host[1:] if conn.peer_host.startswith("/") else conn.peer_host
         conn.session = new_session(listener, ip)
         if not self.limits.accept(conn, listener, ip):
@@ -175,9 +168,7 @@ class Dispatcher:
         metrics = self.metrics
         started = perf_counter() if metrics is not None else 0.0
         try:
-            if api_key in NEEDS_CLIENT_HOST:
-                result = entry[2](self.ctx, header, request, client_host=conn.peer_host, session=session)
-            elif api_key in TAKES_SESSION:
+            if api_key in TAKES_SESSION:
                 result = entry[2](self.ctx, header, request, session=session)
             else:
                 result = entry[2](self.ctx, header, request)

@@ -27,7 +27,7 @@ def _response(version, res):
     )
 
 
-async def handle(ctx, header, request, client_host: str | None = None, session=None):
+async def handle(ctx, header, request, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
     if session is not None and not ctx.authorize(session, A.READ, A.GROUP, request.group_id, "JoinGroup"):
@@ -48,7 +48,7 @@ async def handle(ctx, header, request, client_host: str | None = None, session=N
         session_timeout_ms=request.session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout,
         client_id=header.client_id or "",
-        client_host=client_host or coord.client_host,
+        client_host=session.client_host if session is not None else coord.client_host,
         require_known_member_id=version >= 4,
     )
     res = await fut
