@@ -25,6 +25,26 @@ log = logging.getLogger("chronolog.server")
 _DELETE_TICK_MS = 200
 
 
+def _apply_dynamic_tls(listeners, static_cfg, effective_cfg) -> None:
+    """Listener keystores replaced at run time (IncrementalAlterConfigs) are stored with the
+    dynamic broker configs: serve them again after a restart. One that no longer loads is
+    logged and the configured one serves."""
+    from broker.security.listeners import plan_tls_update
+    from config import ConfigError
+    from config.describe import DynamicConfigError
+
+    if effective_cfg is static_cfg:
+        return
+    try:
+        plan = plan_tls_update(listeners, static_cfg, effective_cfg, check_compatible=False)
+    except (ConfigError, DynamicConfigError) as exc:
+        log.error("the dynamic TLS settings do not load (%s); the listeners serve their configured keystores", exc)
+        return
+    for lst, context, certificate in plan:
+        lst.use_tls(context, certificate)
+        log.info("listener %s serves the keystore from the dynamic broker configs", lst.name)
+
+
 class BrokerServer:
     """The running broker. Usable from tests in-process as well as from ``run``."""
 
@@ -56,6 +76,7 @@ class BrokerServer:
             metrics = BrokerMetrics()
         loading_started = asyncio.get_running_loop().time()
         self.log_manager.startup()
+        _apply_dynamic_tls(listeners, cfg, self.log_manager.broker_config)
         if metrics is not None:
             metrics.recovery_seconds.set(asyncio.get_running_loop().time() - loading_started)
         loop = asyncio.get_running_loop()

@@ -263,6 +263,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("ssl.client.auth", T.STRING, "none", ValidString(SSL_CLIENT_AUTH)),
     ConfigKey("ssl.principal.mapping.rules", T.STRING, "DEFAULT", None),
     ConfigKey("ssl.endpoint.identification.algorithm", T.STRING, "https", None),
+    # a dynamic keystore update must keep the certificate's DN and SANs unless these allow it
+    ConfigKey("ssl.allow.dn.changes", T.BOOLEAN, False, None),
+    ConfigKey("ssl.allow.san.changes", T.BOOLEAN, False, None),
     # security: authorization
     ConfigKey("authorizer.class.name", T.STRING, "", validate_authorizer),
     ConfigKey("super.users", T.STRING, "", None),

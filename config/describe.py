@@ -105,9 +105,39 @@ def _dynamic_names() -> frozenset[str]:
 
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_names()
 
+# SslConfigs.RECONFIGURABLE_CONFIGS: a listener's key and trust material, updatable per
+# broker with the listener prefix only (``listener.name.<l>.ssl.keystore.location``).
+SSL_RECONFIGURABLE: frozenset[str] = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates",
+})
+
+
+def listener_ssl_name(name: str) -> Optional[tuple[str, str]]:
+    """``listener.name.ssl.ssl.keystore.location`` -> ("SSL", "ssl.keystore.location") for
+    a reconfigurable TLS property given with a listener prefix, else None."""
+    from config.broker_config import listener_property_key
+
+    lk = listener_property_key(name)
+    if lk is None or lk[1] not in SSL_RECONFIGURABLE:
+        return None
+    return lk[0], lk[1]
+
+
+def is_dynamic(name: str) -> bool:
+    """Whether a broker property may be changed through (Incremental)AlterConfigs."""
+    return name in DYNAMIC_BROKER_CONFIGS or listener_ssl_name(name) is not None
+
 
 def broker_config_synonyms(name: str) -> list[str]:
-    """DynamicBrokerConfig.brokerConfigSynonyms (no listener prefixes here)."""
+    """DynamicBrokerConfig.brokerConfigSynonyms: a listener-prefixed name has the
+    broker-wide name as its synonym."""
+    from config.broker_config import listener_property_key
+
+    lk = listener_property_key(name)
+    if lk is not None:
+        return [name, lk[1]]
     if name in ("log.roll.ms", "log.roll.hours"):
         return ["log.roll.ms", "log.roll.hours"]
     if name in ("log.roll.jitter.ms", "log.roll.jitter.hours"):
@@ -158,13 +188,20 @@ def _broker_keys():
 
 def static_broker_values(static_cfg) -> dict[str, str]:
     """Properties set in the file, env or overrides (Kafka's staticBrokerConfigs)."""
+    from config.broker_config import listener_property_key
+
     keys = _broker_keys()
     out = {}
     for name in static_cfg.explicit_properties():
         if name in keys:
             v = value_to_string(static_cfg.get(name), keys[name].type)
-            if v is not None:
-                out[name] = v
+        else:
+            lk = listener_property_key(name)
+            if lk is None:
+                continue
+            v = value_to_string(static_cfg.listener_props.get(lk[0], {}).get(lk[1]), lk[2].type)
+        if v is not None:
+            out[name] = v
     return out
 
 
@@ -223,15 +260,27 @@ class DynamicConfigError(Exception):
     """A dynamic broker config change Kafka refuses (answered INVALID_REQUEST)."""
 
 
-def validate_dynamic_update(props: Mapping[str, Optional[str]]) -> None:
-    """Names must be dynamically updatable, values must parse (ConfigError)."""
+def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool = True) -> None:
+    """DynamicBrokerConfig.validateConfigs: names must be dynamically updatable (TLS key
+    material only with a listener prefix, and only for one broker, not as a cluster
+    default), values must parse (ConfigError)."""
+    from config.broker_config import listener_property_key
+
+    def refuse(names, why):
+        if names:
+            raise DynamicConfigError(why + ": Set(" + ", ".join(sorted(names)) + ")")
+
+    refuse([n for n in props if not is_dynamic(n) and n not in SSL_RECONFIGURABLE],
+           "Cannot update these configs dynamically")
+    refuse([n for n in props if n in SSL_RECONFIGURABLE],
+           "These security configs can be dynamically updated only per-listener using the listener prefix")
     keys = _broker_keys()
-    not_dynamic = sorted(n for n in props if n not in DYNAMIC_BROKER_CONFIGS)
-    if not_dynamic:
-        raise DynamicConfigError("Cannot update these configs dynamically: Set(" + ", ".join(not_dynamic) + ")")
     for n, v in props.items():
         if v is not None:
-            keys[n].parse(v)
+            (keys[n] if n in keys else listener_property_key(n)[2]).parse(v)
+    if not per_broker:
+        refuse([n for n in props if listener_ssl_name(n)],
+               "Cannot update these configs at default cluster level, broker id must be specified")
 
 
 # ---------------------------------------------------------------------- entries
@@ -264,9 +313,12 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
                    include_synonyms: bool = False, include_documentation: bool = False) -> list[Entry]:
     """ConfigHelper.createBrokerConfigEntry: every property of this broker
     (``per_broker``), or the dynamic cluster defaults only (resource name "")."""
+    from config.broker_config import listener_property_key
+
     bkeys = _broker_keys()
-    if per_broker:
-        names = sorted(bkeys)
+    if per_broker:  # every property, and the listener-prefixed ones that are set
+        prefixed = {n for layer in (layers.static, layers.dynamic_broker) for n in layer if n not in bkeys}
+        names = sorted(bkeys) + sorted(prefixed)
     else:
         names = sorted(layers.dynamic_default)
     wanted = None if not keys else set(keys)
@@ -274,9 +326,13 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
     for name in names:
         if wanted is not None and name not in wanted:
             continue
-        key = bkeys[name]
+        lk = None if name in bkeys else listener_property_key(name)
+        if lk is None and name not in bkeys:
+            continue
+        key = bkeys[name] if lk is None else lk[2]
         if per_broker:
-            value = value_to_string(effective_cfg.get(name), key.type)
+            raw = effective_cfg.get(name) if lk is None else effective_cfg.listener_props.get(lk[0], {}).get(lk[1])
+            value = value_to_string(raw, key.type)
         else:
             value = layers.dynamic_default[name]
         syns = layers.synonyms(name)
@@ -287,7 +343,7 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
         if sensitive:  # Kafka never returns a password's value, nor a synonym's
             value = None
             syns = [Synonym(s.name, None, s.source) for s in syns]
-        out.append(Entry(name, value, source, sensitive, name not in DYNAMIC_BROKER_CONFIGS,
+        out.append(Entry(name, value, source, sensitive, not is_dynamic(name),
                          syns if include_synonyms else [], CONFIG_TYPE_IDS.get(key.type, 0),
                          broker_doc(name) if include_documentation else None))
     return out

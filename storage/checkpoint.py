@@ -123,16 +123,19 @@ def read_headed_lines(path: str, header: str, error_cls: type) -> list[tuple[int
     return [(n, line) for n, line in enumerate(lines[1:], start=2) if line]
 
 
-def write_headed_lines(path: str, header: str, lines: list[str]) -> None:
+def write_headed_lines(path: str, header: str, lines: list[str], mode: int = 0o644) -> None:
     """``header`` then ``lines``, written atomically (``atomic_write``)."""
-    atomic_write(path, ("\n".join([header, *lines]) + "\n").encode("utf-8"))
+    atomic_write(path, ("\n".join([header, *lines]) + "\n").encode("utf-8"), mode)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """temp file + fsync + rename + fsync of the directory."""
+def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+    """temp file (created with ``mode``; 0o600 for files holding secrets) + fsync +
+    rename + fsync of the directory."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        if not mode & 0o077:  # private: also when a leftover .tmp had another mode
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

@@ -514,13 +514,13 @@ class LogManager:
         self.__dict__["_static_broker_config"] = static
         if best is None:
             return
-        from config.describe import DYNAMIC_BROKER_CONFIGS, effective_broker_config
+        from config.describe import effective_broker_config, is_dynamic, listener_ssl_name
 
         layers = []
         for section in ("broker", "default"):
             props = {}
             for k, v in (best.get(section) or {}).items():
-                if k in DYNAMIC_BROKER_CONFIGS:
+                if is_dynamic(k) and (section == "broker" or not listener_ssl_name(k)):
                     props[str(k)] = str(v)
                 else:  # as Kafka: non-dynamic configs found in the dynamic store are ignored
                     logger.warning("ignoring %s=%s in %s: not a dynamically updatable broker config",
@@ -562,7 +562,7 @@ class LogManager:
                "broker": dict(sorted(new_broker.items())), "default": dict(sorted(new_default.items()))}
         data = json.dumps(doc, indent=1).encode()
         for d in self.log_dirs:
-            atomic_write(os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE), data)
+            atomic_write(os.path.join(d, DYNAMIC_BROKER_CONFIGS_FILE), data, mode=0o600)  # may hold TLS key passwords
         self.__dict__["_static_broker_config"] = static
         self.__dict__["_dynamic_broker"] = new_broker
         self.__dict__["_dynamic_default"] = new_default

@@ -67,7 +67,7 @@ class ScramCredentialStore:
         write_headed_lines(self.path, _HEADER, [
             " ".join([quote(user, safe=""), mech, str(it),
                       *(base64.b64encode(x).decode() for x in (salt, stored, server))])
-            for (user, mech), (salt, stored, server, it) in sorted(creds.items())])
+            for (user, mech), (salt, stored, server, it) in sorted(creds.items())], mode=0o600)
 
     def get(self, user: str, mechanism: str):
         return self._creds.get((user, mechanism))

@@ -15,6 +15,12 @@ As Kafka (ConfigAdminManager.preprocess, ConfigurationControlManager):
   "Cannot update these configs dynamically: Set(...)", and invalid values INVALID_REQUEST
   too (KAFKA-13609: Kafka wraps the ConfigException so); applied to every topic without
   an override of its own and persisted in the log dirs;
+* a TLS listener's key and trust material, ``listener.name.<l>.ssl.keystore.*`` /
+  ``ssl.truststore.*``, per broker only (Kafka's dynamic keystore update): the new
+  keystore is loaded and its certificate must keep the DN and SANs
+  (``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``), else INVALID_REQUEST
+  "Validation of dynamic config update of SSLFactory failed: ..."; then new connections
+  use it and open ones keep theirs (naming the same file again reloads it);
 * validate_only checks everything and changes nothing.
 """
 
@@ -27,6 +33,7 @@ from protocol.messages import AlterConfigsResponse
 
 from broker.errors import error_code_for
 from broker.security import authorizer as A
+from broker.security.tls import subject_dn
 
 log = logging.getLogger("chronolog.alter_configs")
 
@@ -78,9 +85,10 @@ def _broker_key_type(name):
     return None
 
 
-def alter_resource(ctx, rtype, rname, make_new, validate_only):
+def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
     """``make_new(current: dict, type_of, current_value_of) -> dict`` computes the new
-    config set of the resource from its current one. Raises AlterError."""
+    config set of the resource from its current one; ``named`` are the config names the
+    request gave. Raises AlterError."""
     from config import ConfigError
     from config.describe import DynamicConfigError, validate_dynamic_update
     from config.properties import value_to_string
@@ -134,17 +142,39 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only):
         except DynamicConfigError as exc:
             raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         try:
-            validate_dynamic_update(new)
+            validate_dynamic_update(new, per_broker=bool(rname))
             if rname:
+                tls_plan = _plan_tls(ctx, lm.set_dynamic_broker_configs(per_broker=new, validate_only=True), named)
                 lm.set_dynamic_broker_configs(per_broker=new, validate_only=validate_only)
             else:
+                tls_plan = []
                 lm.set_dynamic_broker_configs(default=new, validate_only=validate_only)
         except (ConfigError, DynamicConfigError) as exc:
             raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         if not validate_only:
+            for lst, context, certificate in tls_plan:
+                lst.use_tls(context, certificate)
+                log.info("listener %s: new TLS connections now use the keystore %s (subject %s)", lst.name,
+                         ctx.log_manager.broker_config.listener_value(lst.name, "ssl.keystore.location") or "(inline)",
+                         subject_dn(certificate))
+        if not validate_only:
             log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
         return
     raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+
+
+def _plan_tls(ctx, new_cfg, named):
+    """The listeners whose TLS contexts the update replaces (Kafka's SslFactory
+    validateReconfiguration): everything is loaded and checked before anything changes."""
+    from config import ConfigError
+    from broker.security.listeners import plan_tls_update
+    from broker.security.tls import IncompatibleKeystore
+
+    try:
+        return plan_tls_update(ctx.listeners or [], ctx.log_manager.broker_config, new_cfg, named)
+    except (ConfigError, IncompatibleKeystore) as exc:
+        raise AlterError(ErrorCode.INVALID_REQUEST,
+                         f"Validation of dynamic config update of SSLFactory failed: {exc}") from None
 
 
 def config_resource_denied(ctx, session, rtype: int, rname: str, op: int, api: str):
@@ -170,7 +200,8 @@ def run(ctx, resources, make_new_for, validate_only, result_cls, null_allowed=la
                 err = (denied, None)
         if err is None:
             try:
-                alter_resource(ctx, r.resource_type, r.resource_name, make_new_for(r), validate_only)
+                alter_resource(ctx, r.resource_type, r.resource_name, make_new_for(r), validate_only,
+                               named=[c.name for c in r.configs])
                 err = (0, None)
             except AlterError as exc:
                 err = (exc.code, str(exc))

@@ -3,6 +3,11 @@ SASL settings and principal mapping, built from ``BrokerConfig.listener_specs()`
 the listener's own values (``listener.name.<listener>.<property>`` over the broker's).
 
 Configuration problems raise ConfigError naming the property, before anything binds.
+
+A TLS listener's key and trust material can be replaced while it serves
+(:func:`plan_tls_update`, then :meth:`Listener.use_tls`): IncrementalAlterConfigs on
+``listener.name.<l>.ssl.keystore.*`` / ``ssl.truststore.*``, and the stored dynamic values
+at start.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from broker.security.jaas import plain_users
-from broker.security.tls import PrincipalMapper, build_server_context
+from broker.security.tls import (ContextSwitch, PrincipalMapper, build_server_context, ensure_compatible,
+                                 keystore_certificate)
 
 log = logging.getLogger("chronolog.security")
 
@@ -35,6 +41,8 @@ class Listener:
     failed_auth_delay_ms: int = 100
     max_connections: int = 2**31 - 1
     reauth_by_mechanism: dict = field(default_factory=dict)  # <mechanism>.connections.max.reauth.ms
+    tls_switch: Optional[ContextSwitch] = None  # what new handshakes use (ssl_context is the server's first)
+    certificate: Optional[dict] = None  # the broker certificate new handshakes present
 
     @property
     def sasl(self) -> bool:
@@ -47,6 +55,11 @@ class Listener:
     def endpoint(self) -> tuple[str, int]:
         """(host, port) clients of this listener are told to use."""
         return self.advertised_host, self.advertised_port or self.port
+
+    def use_tls(self, context: ssl.SSLContext, certificate: dict) -> None:
+        """New handshakes get ``context``; open connections keep theirs."""
+        self.tls_switch.replace(context)
+        self.certificate = certificate
 
     def reauth_ms_for(self, mechanism: str) -> int:
         """connections.max.reauth.ms for a session authenticated with ``mechanism``."""
@@ -69,6 +82,8 @@ def build_listeners(cfg) -> list[Listener]:
         )
         if lst.tls:
             lst.ssl_context = build_server_context(value, spec.name)
+            lst.tls_switch = ContextSwitch(lst.ssl_context)
+            lst.certificate = keystore_certificate(value)
             lst.principal_mapper = PrincipalMapper(value("ssl.principal.mapping.rules"))
         if lst.sasl:
             lst.mechanisms = list(value("sasl.enabled.mechanisms"))
@@ -81,3 +96,47 @@ def build_listeners(cfg) -> list[Listener]:
                             spec.name, prop)
         out.append(lst)
     return out
+
+
+def plan_tls_update(listeners: list[Listener], old_cfg, new_cfg, named=(), check_compatible: bool = True):
+    """The TLS listeners whose key or trust material differs between two broker configs
+    (or is named in ``named``, which reloads a file rewritten in place): ``[(listener,
+    context, certificate)]`` to hand to :meth:`Listener.use_tls`. Everything is built and
+    checked first; raises DynamicConfigError for an unknown or non-TLS listener named,
+    ConfigError for a keystore that does not load, IncompatibleKeystore for a certificate
+    whose DN or SANs changed."""
+    from config.describe import SSL_RECONFIGURABLE, DynamicConfigError, listener_ssl_name
+
+    by_name = {lst.name: lst for lst in listeners}
+    touched = set()
+    for name in named:
+        ls = listener_ssl_name(name)
+        if ls is None:
+            continue
+        lst = by_name.get(ls[0])
+        if lst is None:
+            raise DynamicConfigError(f"{name}: this broker has no listener {ls[0]} (its listeners: "
+                                     + ", ".join(by_name) + ")")
+        if not lst.tls:
+            raise DynamicConfigError(f"{name}: listener {lst.name} uses {lst.protocol}; TLS settings apply "
+                                     "to SSL and SASL_SSL listeners only")
+        touched.add(lst.name)
+    plan = []
+    for lst in listeners:
+        if not lst.tls:
+            continue
+        changed = any(old_cfg.listener_value(lst.name, p) != new_cfg.listener_value(lst.name, p)
+                      for p in SSL_RECONFIGURABLE)
+        if not changed and lst.name not in touched:
+            continue
+
+        def value(prop, _name=lst.name):
+            return new_cfg.listener_value(_name, prop)
+
+        context = build_server_context(value, lst.name)
+        certificate = keystore_certificate(value)
+        if check_compatible:
+            ensure_compatible(lst.certificate, certificate, bool(value("ssl.allow.dn.changes")),
+                              bool(value("ssl.allow.san.changes")))
+        plan.append((lst, context, certificate))
+    return plan

@@ -18,6 +18,14 @@ that is PEM is read whatever its declared type, with a warning).
 certificate is its subject's distinguished name in RFC 2253 form (as Java's
 ``X500Principal.getName()``), mapped by ``ssl.principal.mapping.rules``
 (:class:`PrincipalMapper`, Kafka's rule syntax).
+
+Dynamic keystore update (Kafka's SslFactory reconfiguration): a listener's server is
+created with its first context, whose SNI callback (called for every ClientHello, with
+or without a server name) moves each new handshake onto the listener's current context
+(:class:`ContextSwitch`). Replacing the current context changes what new connections
+get; open connections keep theirs. The new keystore's certificate must keep the subject
+DN and SANs of the old one unless ``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``
+(:func:`ensure_compatible`).
 """
 
 from __future__ import annotations
@@ -137,6 +145,65 @@ def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password) -> N
         with os.fdopen(fd, "w") as fh:
             fh.write(key.strip() + "\n" + chain.strip() + "\n")
         ctx.load_cert_chain(path, password=password)
+
+
+def keystore_certificate(value) -> dict:
+    """The broker's certificate (the first of the keystore's chain), decoded as
+    ``getpeercert()`` gives it. Raises ConfigError."""
+    location = value("ssl.keystore.location")
+    try:
+        if location:
+            return ssl._ssl._test_decode_cert(location)
+        with tempfile.TemporaryDirectory(prefix="chronolog-tls-") as d:
+            path = os.path.join(d, "chain.pem")
+            with open(path, "w") as fh:
+                fh.write((value("ssl.keystore.certificate.chain") or "").strip() + "\n")
+            return ssl._ssl._test_decode_cert(path)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError("ssl.keystore.location" if location else "ssl.keystore.certificate.chain",
+                          location or "[hidden]", f"cannot read the certificate ({exc})") from None
+
+
+class IncompatibleKeystore(Exception):
+    """A replacement keystore whose certificate changes what clients verify."""
+
+
+def ensure_compatible(old: dict, new: dict, allow_dn_changes: bool, allow_san_changes: bool) -> None:
+    """SslFactory.CertificateEntries.ensureCompatible: a replacement keystore keeps the
+    certificate's subject DN and subject alternative names. Raises IncompatibleKeystore."""
+    if not allow_dn_changes and subject_dn(old) != subject_dn(new):
+        raise IncompatibleKeystore("Keystore DistinguishedName does not match: "
+                          f"existing={{DN={subject_dn(old)}}}, new={{DN={subject_dn(new)}}} "
+                          "(ssl.allow.dn.changes=true allows it)")
+    old_san, new_san = set(old.get("subjectAltName", ())), set(new.get("subjectAltName", ()))
+    if not allow_san_changes and old_san != new_san:
+        def fmt(sans):
+            return "[" + ", ".join(f"{k}:{v}" for k, v in sorted(sans)) + "]"
+        raise IncompatibleKeystore("Keystore SubjectAltNames do not match: "
+                          f"existing={{SAN={fmt(old_san)}}}, new={{SAN={fmt(new_san)}}} "
+                          "(ssl.allow.san.changes=true allows it)")
+
+
+class ContextSwitch:
+    """The context a TLS listener's new handshakes use, replaceable while it serves.
+
+    The server is created with ``base``; its SNI callback moves each handshake that
+    starts onto :attr:`current` (OpenSSL's SSL_set_SSL_CTX: key, chain and trust store
+    of the new context; ``ssl.client.auth`` is not reconfigurable, so the verify mode
+    set from ``base`` stays right)."""
+
+    def __init__(self, base: ssl.SSLContext) -> None:
+        self.base = self.current = base
+        base.sni_callback = self._choose
+
+    def _choose(self, sslobj, server_name, ctx) -> None:
+        current = self.current
+        if current is not ctx:
+            sslobj.context = current
+        return None
+
+    def replace(self, new: ssl.SSLContext) -> None:
+        self.current = new
 
 
 # ---------------------------------------------------------------------- principals

@@ -717,3 +717,136 @@ def test_idle_connections_are_closed(tmp_path):
         busy.close()
     finally:
         b.stop()
+
+
+def _broker_cert(certs: Path, out: Path, name: str, cn: str = "localhost") -> Path:
+    """A broker keystore (key + certificate, PEM) signed by the test CA, with the SANs
+    of the fixture's broker certificate."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", f"/CN={cn}", cwd=out)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(certs / "ca.pem"), "-CAkey", str(certs / "ca.key"),
+             "-CAcreateserial", "-out", f"{name}.crt", "-days", "30", "-extfile", str(certs / "san.ext"), cwd=out)
+    pem = out / f"{name}.pem"
+    pem.write_text((out / f"{name}.key").read_text() + (out / f"{name}.crt").read_text())
+    return pem
+
+
+def _served_cert(port: int, certs: Path) -> tuple[bytes, ssl.SSLSocket]:
+    """The DER certificate a new mutual-TLS connection is shown, and the open socket."""
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    ctx.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+    t = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost")
+    return t.getpeercert(binary_form=True), t
+
+
+def _api_versions_over(t: ssl.SSLSocket, cid: int) -> int:
+    t.sendall(frame(request_header_v1(18, 0, cid)))
+    size = struct.unpack(">i", t.recv(4))[0]
+    body = b""
+    while len(body) < size:
+        body += t.recv(size - len(body))
+    assert struct.unpack(">i", body[:4])[0] == cid
+    return struct.unpack(">h", body[4:6])[0]
+
+
+def _der(pem: Path) -> bytes:
+    text = pem.read_text()
+    return ssl.PEM_cert_to_DER_cert(text[text.index("-----BEGIN CERTIFICATE"):])
+
+
+def test_dynamic_keystore_update(tmp_path, certs):
+    """IncrementalAlterConfigs on listener.name.ssl.ssl.keystore.location: new connections
+    get the new certificate, open ones keep theirs, client authentication still holds; a
+    changed DN, a cluster-default or unprefixed name and an unknown listener are refused;
+    the update survives a restart; naming the same file again reloads it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    rotated = _broker_cert(certs, keys, "rotated")
+    renamed = _broker_cert(certs, keys, "renamed", cn="broker.example")
+    third = _broker_cert(certs, keys, "third")
+    b = start_broker(tmp_path / "b", {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                                      **tls_overrides(certs, "required")})
+    admin_keep = []
+    try:
+        ports = b.listener_ports()
+        plain = f"127.0.0.1:{ports['PLAINTEXT']}"
+        admin = helpers.ck_admin(plain)
+        admin_keep.append(admin)
+
+        def alter(name, value, broker="0"):
+            res = ConfigResource(ResourceType.BROKER, broker, incremental_configs=[
+                ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+            for f in admin.incremental_alter_configs([res]).values():
+                f.result(20)
+
+        first, old_conn = _served_cert(ports["SSL"], certs)
+        assert first == _der(certs / "broker.crt")
+        alter("listener.name.ssl.ssl.keystore.location", str(rotated))
+        now, new_conn = _served_cert(ports["SSL"], certs)
+        assert now == _der(keys / "rotated.crt")
+        # the open connection keeps its session and is served; the new one too
+        assert old_conn.getpeercert(binary_form=True) == first
+        assert _api_versions_over(old_conn, 7) == 0
+        assert _api_versions_over(new_conn, 8) == 0
+        old_conn.close()
+        new_conn.close()
+        # client authentication is still required, against the same CA
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=5) as s:
+            with pytest.raises((ssl.SSLError, OSError)):
+                with ctx.wrap_socket(s, server_hostname="localhost") as t:
+                    t.sendall(frame(request_header_v1(18, 0, 1)))
+                    if not t.recv(4):
+                        raise ConnectionError("closed")
+        b.ports = ports
+        topic = create(b, unique_topic("rotate"))
+        assert ck_roundtrip(ck_security(b, "SSL", certs, client_cert=True), topic, 2) == [b"v0", b"v1"]
+
+        # refused, and nothing changes
+        from confluent_kafka import KafkaException
+
+        for name, value, broker, words in [
+            ("listener.name.ssl.ssl.keystore.location", str(renamed), "0", "DistinguishedName does not match"),
+            ("listener.name.ssl.ssl.keystore.location", str(keys / "missing.pem"), "0", "cannot read the file"),
+            ("ssl.keystore.location", str(rotated), "0", "only per-listener using the listener prefix"),
+            ("listener.name.nosuch.ssl.keystore.location", str(rotated), "0", "no listener NOSUCH"),
+            ("listener.name.plaintext.ssl.keystore.location", str(rotated), "0", "uses PLAINTEXT"),
+        ]:
+            with pytest.raises(KafkaException) as info:
+                alter(name, value, broker)
+            assert info.value.args[0].code() == 42 and words in info.value.args[0].str(), (name, info.value)
+        # (confluent-kafka refuses a BROKER resource named "": a raw request for the cluster level)
+        from tests.integration.test_admin_configs import raw_incremental
+
+        code, message = raw_incremental(ports["PLAINTEXT"], 4, "", [
+            ("listener.name.ssl.ssl.keystore.location", 0, str(renamed))])
+        assert code == 42 and "broker id must be specified" in message, (code, message)
+        assert _served_cert(ports["SSL"], certs)[0] == _der(keys / "rotated.crt")
+
+        # DescribeConfigs lists the per-listener value as a dynamic broker config
+        res = ConfigResource(ResourceType.BROKER, "0")
+        entries = list(admin.describe_configs([res]).values())[0].result(20)
+        e = entries["listener.name.ssl.ssl.keystore.location"]
+        from confluent_kafka.admin import ConfigSource
+
+        assert e.value == str(rotated) and e.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value, e
+        assert not e.is_read_only
+
+        # a restart serves the stored keystore
+        b.restart()
+        ports = b.listener_ports()
+        assert _served_cert(ports["SSL"], certs)[0] == _der(keys / "rotated.crt")
+        # rewritten in place and named again (with the kafka-configs.sh command): reloaded
+        shutil.copy(third, rotated)
+        tool = os.path.join(os.path.dirname(__import__("sys").executable), "chronolog")
+        out = subprocess.run([tool, "configs", "--bootstrap-server", f"127.0.0.1:{ports['PLAINTEXT']}",
+                              "--entity-type", "brokers", "--entity-name", "0", "--alter", "--add-config",
+                              f"listener.name.ssl.ssl.keystore.location={rotated}"],
+                             capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert _served_cert(ports["SSL"], certs)[0] == _der(keys / "third.crt")
+        assert "new TLS connections now use the keystore" in b.log_text()
+    finally:
+        b.stop()

@@ -159,3 +159,38 @@ def test_apply_incremental():
         apply_incremental({}, [("nope", APPEND, "1")], _types, lambda n: None)
     with pytest.raises(DynamicConfigError):
         apply_incremental({}, [("retention.ms", 7, "1")], _types, lambda n: None)
+
+
+def test_listener_tls_material_is_dynamic_per_broker_only():
+    """DynamicBrokerConfig.validateConfigs for SslConfigs.RECONFIGURABLE_CONFIGS."""
+    name = "listener.name.ssl.ssl.keystore.location"
+    validate_dynamic_update({name: "/k.pem", "listener.name.ssl.ssl.key.password": "pw"})
+    with pytest.raises(DynamicConfigError, match=r"only per-listener using the listener prefix: Set\(ssl.keystore.location\)"):
+        validate_dynamic_update({"ssl.keystore.location": "/k.pem"})
+    with pytest.raises(DynamicConfigError, match=r"broker id must be specified: Set\(" + name):
+        validate_dynamic_update({name: "/k.pem"}, per_broker=False)
+    # what is not key or trust material stays static, with or without the prefix
+    for n in ("listener.name.ssl.ssl.client.auth", "listener.name.ssl.ssl.enabled.protocols", "ssl.client.auth"):
+        with pytest.raises(DynamicConfigError, match="Cannot update these configs dynamically"):
+            validate_dynamic_update({n: "required"})
+
+
+def test_listener_prefixed_values_keep_through_dynamic_layers_and_are_described():
+    """The static per-listener values survive the effective config being rebuilt with
+    dynamic layers; DescribeConfigs lists the set ones with the broker-wide synonym and
+    never a password's value."""
+    static = broker("listeners=SSL://127.0.0.1:0", "listener.name.ssl.ssl.keystore.location=/a.pem",
+                    "listener.name.ssl.ssl.key.password=secret")
+    dyn = {"listener.name.ssl.ssl.keystore.location": "/b.pem", "log.retention.ms": "5000"}
+    eff = effective_broker_config(static, {}, dyn)
+    assert eff.listener_value("SSL", "ssl.keystore.location") == "/b.pem"
+    assert eff.listener_value("SSL", "ssl.key.password") == "secret"
+    layers = BrokerLayers(static, {}, dyn)
+    got = {e.name: e for e in broker_entries(eff, layers, True, include_synonyms=True)}
+    e = got["listener.name.ssl.ssl.keystore.location"]
+    assert (e.value, e.source, e.read_only) == ("/b.pem", DYNAMIC_BROKER_CONFIG, False)
+    assert [(s.name, s.value, s.source) for s in e.synonyms] == [
+        ("listener.name.ssl.ssl.keystore.location", "/b.pem", DYNAMIC_BROKER_CONFIG),
+        ("listener.name.ssl.ssl.keystore.location", "/a.pem", STATIC_BROKER_CONFIG)]
+    pw = got["listener.name.ssl.ssl.key.password"]
+    assert pw.value is None and pw.is_sensitive and pw.source == STATIC_BROKER_CONFIG
