@@ -43,6 +43,11 @@ test: $(STAMP) tools
 bench: $(STAMP)
 	$(PY) bench/throughput.py $(ARGS)
 
+# TLS cost: one broker's throughput over PLAINTEXT, SSL and SASL_SSL (bench/README.md)
+.PHONY: bench-tls
+bench-tls: $(STAMP)
+	$(PY) bench/tls.py $(ARGS)
+
 # Log lifecycle: clean restart, unclean recovery, ListOffsets-by-time latency (bench/README.md)
 .PHONY: bench-lifecycle
 bench-lifecycle: $(STAMP)

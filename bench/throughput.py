@@ -334,7 +334,9 @@ class PhaseResult:
 
 
 def produce_phase(bootstrap: str, topic: str, payloads: list[bytes], compression: str,
-                  linger_ms: float, timeout: float, broker_cpu: Callable[[], float]) -> PhaseResult:
+                  linger_ms: float, timeout: float, broker_cpu: Callable[[], float],
+                  client_conf: dict | None = None) -> PhaseResult:
+    """``client_conf``: extra librdkafka settings (security.protocol, ssl.*, sasl.*)."""
     errors: list[Any] = []
 
     def on_delivery(err, msg):  # called for failed deliveries only (see config)
@@ -348,6 +350,7 @@ def produce_phase(bootstrap: str, topic: str, payloads: list[bytes], compression
         "compression.type": compression,
         "delivery.report.only.error": True,  # keep Python callbacks out of the hot path
         "on_delivery": on_delivery,
+        **(client_conf or {}),
     })
     done = False
     try:
@@ -385,7 +388,7 @@ def produce_phase(bootstrap: str, topic: str, payloads: list[bytes], compression
 
 
 def consume_phase(bootstrap: str, topic: str, records: int, size: int, timeout: float,
-                  broker_cpu: Callable[[], float]) -> PhaseResult:
+                  broker_cpu: Callable[[], float], client_conf: dict | None = None) -> PhaseResult:
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         # librdkafka insists on a group.id; it stays unused: assign() (no group membership),
@@ -401,6 +404,7 @@ def consume_phase(bootstrap: str, topic: str, records: int, size: int, timeout: 
         # charged ~1 s idle stalls of the client's own making; 10 ms keeps the client
         # from sitting idle while still not hammering the broker.
         "fetch.queue.backoff.ms": 10,
+        **(client_conf or {}),
     })
     try:
         consumer.list_topics(topic, timeout=min(10.0, timeout))  # connect + metadata, untimed
