@@ -9,6 +9,10 @@ connection's request processing until its response is written.
 Bad framing (a negative size, a size over ``socket.request.max.bytes``) closes the
 connection with a log line; it never affects other connections.
 
+TLS listeners accept with :class:`TlsServer`, which runs each handshake with the
+listener's context of the moment, logs and counts a failed one with the peer and
+OpenSSL's reason, and hands the encrypted transport to a KafkaConnection.
+
 Memory: the receive buffer grows as a frame's bytes arrive (doubling), never to the
 declared frame size at once, so a peer that announces a large frame and sends part of it
 holds only what it sent.  With ``queued.max.request.bytes`` > 0 an incomplete frame
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -199,12 +205,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 break
             (size,) = _SIZE.unpack_from(self._buf, start)
             if size < 0 or size > self._max_frame:
+                tls = self._buf[start] == 0x16 and self._buf[start + 1] == 0x03 and self.listener is not None \
+                    and not self.listener.tls
                 log.warning(
-                    "closing connection from %s: frame size %d is %s (socket.request.max.bytes=%d)",
+                    "closing connection from %s: frame size %d is %s (socket.request.max.bytes=%d)%s",
                     self._peer,
                     size,
                     "negative" if size < 0 else "too large",
                     self._max_frame,
+                    f"; these bytes are a TLS handshake: is the client using SSL on the {self.listener.protocol} "
+                    f"listener {self.listener.name}?" if tls else "",
                 )
                 self._transport.abort()
                 self._closed = True
@@ -306,3 +316,120 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close()
                 return
             transport.write(data)
+
+
+def _tls_failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"client certificate rejected: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or str(exc)
+        if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+            return f"not a TLS client ({reason}; plaintext on a TLS listener?)"
+        if reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
+            return "no client certificate (ssl.client.auth=required)"
+        if "ALERT_" in reason and ("CERTIFICATE" in reason or "UNKNOWN_CA" in reason):
+            return (f"the client refused the broker's certificate ({reason}: its truststore, the host name "
+                    "it connects to, the certificate's dates)")
+        if "ALERT_" in reason:
+            return f"the client ended the handshake ({reason})"
+        return reason
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "handshake timed out"
+    return str(exc) or type(exc).__name__
+
+
+class TlsServer:
+    """A TLS listener: its own accept loop, each accepted socket's handshake run by
+    ``loop.connect_accepted_socket`` with the listener's context of the moment.
+
+    asyncio's (and uvloop's) ``ssl=`` servers drop a failed handshake silently; here the
+    handshake's exception comes back, so an untrusted, expired or missing client
+    certificate, plaintext on the TLS port or no common protocol is logged with the
+    peer and the reason and counted as a failed authentication. A keystore replaced at
+    run time serves the next handshake; open connections keep theirs. Handshakes in
+    progress are in ``dispatcher.handshakes`` (cancelled at shutdown). Offers what the
+    server uses of ``asyncio.Server``: ``sockets``, ``close()`` and ``wait_closed()``."""
+
+    def __init__(self, dispatcher: "Dispatcher", listener, sockets: list, handshake_timeout: float = 60.0) -> None:
+        self._dispatcher = dispatcher
+        self._listener = listener
+        self.sockets = sockets
+        self._timeout = handshake_timeout
+        loop = asyncio.get_running_loop()
+        self._accepting = [loop.create_task(self._accept(sock)) for sock in sockets]
+
+    @classmethod
+    async def start(cls, dispatcher: "Dispatcher", listener, host: str, port: int, backlog: int = 1024) -> "TlsServer":
+        """Bind every address ``host`` resolves to (all interfaces for an empty host), as
+        ``loop.create_server`` does."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        sockets, seen = [], set()
+        try:
+            for family, kind, proto, _name, addr in infos:
+                if (family, addr) in seen:
+                    continue
+                seen.add((family, addr))
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(addr)
+                if port == 0:  # every address on the same ephemeral port
+                    port = sock.getsockname()[1]
+                    infos = [(f, k, p, n, (a[0], port) + tuple(a[2:])) for f, k, p, n, a in infos]
+                sock.listen(backlog)
+                sock.setblocking(False)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return cls(dispatcher, listener, sockets)
+
+    async def _accept(self, server_sock) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(server_sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:  # out of file descriptors, a connection reset before accept
+                log.warning("listener %s: accept failed: %s", self._listener.name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._handshake(sock, addr))
+            self._dispatcher.handshakes.add(task)
+            task.add_done_callback(self._dispatcher.handshakes.discard)
+
+    async def _handshake(self, sock, addr) -> None:
+        listener = self._listener
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        dispatcher = self._dispatcher
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: KafkaConnection(dispatcher, listener), sock, ssl=listener.ssl_context,
+                ssl_handshake_timeout=self._timeout)
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except Exception as exc:
+            sock.close()
+            log.info("TLS handshake with %s on listener %s failed: %s", peer, listener.name, _tls_failure_reason(exc))
+            if dispatcher.ctx.metrics is not None:
+                dispatcher.ctx.metrics.authentication(listener.name, "SSL", False)
+            return
+        if listener.protocol == "SSL" and dispatcher.ctx.metrics is not None:
+            dispatcher.ctx.metrics.authentication(listener.name, "SSL", True)
+
+    def close(self) -> None:
+        for task in self._accepting:
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._accepting, return_exceptions=True)

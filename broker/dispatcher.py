@@ -71,6 +71,7 @@ class Dispatcher:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self.connections: set = set()
+        self.handshakes: set = set()  # TLS handshakes in progress (broker.connection.TlsServer tasks)
         self.socket_request_max_bytes = ctx.config.socket_request_max_bytes
         # queued.max.request.bytes (broker.memory_pool); None when <= 0, as Kafka's default
         queued = getattr(ctx.config, "queued_max_request_bytes", -1)

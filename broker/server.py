@@ -16,7 +16,7 @@ import threading
 
 from broker.context import BrokerContext, load_or_create_cluster_id
 from broker.dispatcher import Dispatcher
-from broker.connection import KafkaConnection
+from broker.connection import KafkaConnection, TlsServer
 from broker.handlers.init_producer_id import ProducerIdManager
 
 log = logging.getLogger("chronolog.server")
@@ -109,14 +109,16 @@ class BrokerServer:
             "offsets expiration", cfg.offsets_retention_check_interval_ms, ctx.group_coordinator.expire_offsets)))
         self.servers = []
         for lst in listeners:
-            server = await loop.create_server(
-                lambda lst=lst: KafkaConnection(self.dispatcher, lst),
-                host=lst.host,
-                port=lst.port,
-                reuse_address=True,
-                backlog=1024,
-                ssl=lst.ssl_context,
-            )
+            if lst.tls:  # handshakes run by TlsServer: failures logged, the current keystore used
+                server = await TlsServer.start(self.dispatcher, lst, lst.host, lst.port, backlog=1024)
+            else:
+                server = await loop.create_server(
+                    lambda lst=lst: KafkaConnection(self.dispatcher, lst),
+                    host=lst.host,
+                    port=lst.port,
+                    reuse_address=True,
+                    backlog=1024,
+                )
             self.servers.append(server)
             lst.port = server.sockets[0].getsockname()[1]
         self.server = self.servers[0]
@@ -233,6 +235,8 @@ class BrokerServer:
         ctx = getattr(self, "context", None)
         for server in getattr(self, "servers", []):
             server.close()
+        for task in list(self.dispatcher.handshakes) if self.dispatcher is not None else []:
+            task.cancel()  # TLS handshakes not finished: their connections close
         conns = list(self.dispatcher.connections) if self.dispatcher is not None else []
         for conn in conns:
             transport = conn._transport

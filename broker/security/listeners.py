@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from broker.security.jaas import plain_users
-from broker.security.tls import (ContextSwitch, PrincipalMapper, build_server_context, ensure_compatible,
-                                 keystore_certificate)
+from broker.security.tls import PrincipalMapper, build_server_context, ensure_compatible, keystore_certificate
 
 log = logging.getLogger("chronolog.security")
 
@@ -32,7 +31,7 @@ class Listener:
     port: int  # the configured port; the bound one once started
     advertised_host: str
     advertised_port: Optional[int]
-    ssl_context: Optional[ssl.SSLContext] = None
+    ssl_context: Optional[ssl.SSLContext] = None  # what the next TLS handshake uses
     mechanisms: list = field(default_factory=list)
     plain_users: dict = field(default_factory=dict)
     principal_mapper: Optional[PrincipalMapper] = None
@@ -41,7 +40,6 @@ class Listener:
     failed_auth_delay_ms: int = 100
     max_connections: int = 2**31 - 1
     reauth_by_mechanism: dict = field(default_factory=dict)  # <mechanism>.connections.max.reauth.ms
-    tls_switch: Optional[ContextSwitch] = None  # what new handshakes use (ssl_context is the server's first)
     certificate: Optional[dict] = None  # the broker certificate new handshakes present
 
     @property
@@ -58,7 +56,7 @@ class Listener:
 
     def use_tls(self, context: ssl.SSLContext, certificate: dict) -> None:
         """New handshakes get ``context``; open connections keep theirs."""
-        self.tls_switch.replace(context)
+        self.ssl_context = context
         self.certificate = certificate
 
     def reauth_ms_for(self, mechanism: str) -> int:
@@ -82,7 +80,6 @@ def build_listeners(cfg) -> list[Listener]:
         )
         if lst.tls:
             lst.ssl_context = build_server_context(value, spec.name)
-            lst.tls_switch = ContextSwitch(lst.ssl_context)
             lst.certificate = keystore_certificate(value)
             lst.principal_mapper = PrincipalMapper(value("ssl.principal.mapping.rules"))
         if lst.sasl:

@@ -19,13 +19,11 @@ certificate is its subject's distinguished name in RFC 2253 form (as Java's
 ``X500Principal.getName()``), mapped by ``ssl.principal.mapping.rules``
 (:class:`PrincipalMapper`, Kafka's rule syntax).
 
-Dynamic keystore update (Kafka's SslFactory reconfiguration): a listener's server is
-created with its first context, whose SNI callback (called for every ClientHello, with
-or without a server name) moves each new handshake onto the listener's current context
-(:class:`ContextSwitch`). Replacing the current context changes what new connections
-get; open connections keep theirs. The new keystore's certificate must keep the subject
-DN and SANs of the old one unless ``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``
-(:func:`ensure_compatible`).
+Dynamic keystore update (Kafka's SslFactory reconfiguration): each handshake uses the
+listener's context of the moment (broker.connection.TlsServer), so replacing it
+changes what new connections get while open ones keep theirs. The new keystore's
+certificate must keep the subject DN and SANs of the old one unless
+``ssl.allow.dn.changes`` / ``ssl.allow.san.changes`` (:func:`ensure_compatible`).
 """
 
 from __future__ import annotations
@@ -182,28 +180,6 @@ def ensure_compatible(old: dict, new: dict, allow_dn_changes: bool, allow_san_ch
         raise IncompatibleKeystore("Keystore SubjectAltNames do not match: "
                           f"existing={{SAN={fmt(old_san)}}}, new={{SAN={fmt(new_san)}}} "
                           "(ssl.allow.san.changes=true allows it)")
-
-
-class ContextSwitch:
-    """The context a TLS listener's new handshakes use, replaceable while it serves.
-
-    The server is created with ``base``; its SNI callback moves each handshake that
-    starts onto :attr:`current` (OpenSSL's SSL_set_SSL_CTX: key, chain and trust store
-    of the new context; ``ssl.client.auth`` is not reconfigurable, so the verify mode
-    set from ``base`` stays right)."""
-
-    def __init__(self, base: ssl.SSLContext) -> None:
-        self.base = self.current = base
-        base.sni_callback = self._choose
-
-    def _choose(self, sslobj, server_name, ctx) -> None:
-        current = self.current
-        if current is not ctx:
-            sslobj.context = current
-        return None
-
-    def replace(self, new: ssl.SSLContext) -> None:
-        self.current = new
 
 
 # ---------------------------------------------------------------------- principals

@@ -850,3 +850,74 @@ def test_dynamic_keystore_update(tmp_path, certs):
         assert "new TLS connections now use the keystore" in b.log_text()
     finally:
         b.stop()
+
+
+def test_bad_tls_input_is_logged_with_the_peer_and_reason(tmp_path, certs):
+    """An expired, untrusted or missing client certificate, a client refusing the
+    broker's certificate for the wrong host, plaintext on the TLS port and TLS on the
+    PLAINTEXT port: the connection closes, the broker logs the peer and the reason and
+    counts failed TLS authentications; other clients are unaffected."""
+    from tests.integration.test_metrics import _free_port, scrape, val
+
+    d = tmp_path / "expired"
+    d.mkdir()
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "old.key", "-out", "old.csr", "-subj", "/CN=old", cwd=d)
+    _openssl("x509", "-req", "-in", "old.csr", "-CA", str(certs / "ca.pem"), "-CAkey", str(certs / "ca.key"),
+             "-CAcreateserial", "-out", "old.crt", "-days", "-1", cwd=d)  # expired yesterday
+    metrics_port = _free_port()
+    b = start_broker(tmp_path / "b", {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                                      "metrics.port": str(metrics_port), **tls_overrides(certs, "required")})
+    b.metrics_port = metrics_port
+    try:
+        ports = b.listener_ports()
+
+        def tls_attempt(cert=None, hostname="localhost"):
+            ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            if cert:
+                ctx.load_cert_chain(*cert)
+            with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=10) as s:
+                local_port = s.getsockname()[1]
+                with pytest.raises((ssl.SSLError, OSError, ConnectionError)):
+                    with ctx.wrap_socket(s, server_hostname=hostname) as t:
+                        t.sendall(frame(request_header_v1(18, 0, 1)))
+                        if not t.recv(4):
+                            raise ConnectionError("closed")
+                return local_port
+
+        mark = b.log_size()
+        expired = tls_attempt((str(d / "old.crt"), str(d / "old.key")))
+        untrusted = tls_attempt((str(certs / "rogue.crt"), str(certs / "rogue.key")))
+        missing = tls_attempt()
+        wrong_host = tls_attempt((str(certs / "client.crt"), str(certs / "client.key")), hostname="kafka.example.com")
+        with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=10) as s:
+            plaintext = s.getsockname()[1]
+            s.sendall(frame(request_header_v1(18, 0, 1)))
+            assert s.recv(4) == b""  # closed at once, not left waiting
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with socket.create_connection(("127.0.0.1", ports["PLAINTEXT"]), timeout=10) as s:
+            tls_on_plain = s.getsockname()[1]
+            with pytest.raises((ssl.SSLError, OSError)):
+                ctx.wrap_socket(s, server_hostname="localhost")
+        deadline = time.monotonic() + 10
+        expected = {expired: "certificate has expired", untrusted: "client certificate rejected",
+                    missing: "no client certificate", wrong_host: "the client refused the broker's certificate",
+                    plaintext: "plaintext on a TLS listener", tls_on_plain: "is the client using SSL"}
+        while time.monotonic() < deadline:
+            text = b.log_text(mark)
+            lines = {port: [ln for ln in text.splitlines() if f"127.0.0.1:{port}" in ln] for port in expected}
+            if all(lines.values()):
+                break
+            time.sleep(0.1)
+        for port, words in expected.items():
+            assert any(words in ln for ln in lines[port]), (words, lines[port], text[-2000:])
+        samples = scrape(b)
+        assert val(samples, "chronolog_authentications_total", 0, listener="SSL", mechanism="SSL",
+                   result="failure") >= 5
+        # the broker still serves everyone else
+        b.ports = ports
+        topic = create(b, unique_topic("tlsbad"))
+        assert ck_roundtrip(ck_security(b, "SSL", certs, client_cert=True), topic, 2) == [b"v0", b"v1"]
+        assert val(scrape(b), "chronolog_authentications_total", 0, listener="SSL", mechanism="SSL",
+                   result="success") >= 1
+    finally:
+        b.stop()
