@@ -621,6 +621,41 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: int = 0
     return bytes(out)
 
 
+# --------------------------------------------------------------------------- control records
+
+# EndTransactionMarker (KIP-98): a control batch (transactional + control attributes) of
+# one record; key = version int16 (0) + type int16 (ABORT 0, COMMIT 1); value = version
+# int16 (0) + coordinator epoch int32. The batch carries the producer id and epoch and
+# base sequence -1.
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def build_end_txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                         timestamp: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """The COMMIT or ABORT control batch the transaction coordinator writes."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([(timestamp, key, value)], base_offset=base_offset, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=-1,
+                       partition_leader_epoch=partition_leader_epoch, is_transactional=True, is_control=True)
+
+
+def parse_control_record(key: bytes | None, value: bytes | None) -> tuple[int, int | None]:
+    """(control type, coordinator epoch or None) of a control record; raises
+    CorruptRecordError for a key shorter than 4 bytes or an unknown key version."""
+    if key is None or len(key) < 4:
+        raise CorruptRecordError(f"control record key of {0 if key is None else len(key)} bytes (4 needed)")
+    version, ctype = _CONTROL_KEY.unpack_from(key)
+    if version != 0:
+        raise CorruptRecordError(f"control record key version {version} (0 expected)")
+    epoch = None
+    if ctype in (CONTROL_ABORT, CONTROL_COMMIT) and value is not None and len(value) >= 6:
+        epoch = _MARKER_VALUE.unpack_from(value)[1]
+    return ctype, epoch
+
+
 # --------------------------------------------------------------------------- legacy
 
 
