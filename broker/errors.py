@@ -26,6 +26,7 @@ _CODES: list[tuple[type, ErrorCode]] = [
     (se.OutOfOrderSequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (se.InvalidProducerEpochError, ErrorCode.INVALID_PRODUCER_EPOCH),
     (se.InvalidTxnStateError, ErrorCode.INVALID_TXN_STATE),
+    (se.TransactionCoordinatorFencedError, ErrorCode.TRANSACTION_COORDINATOR_FENCED),
 ]
 
 

@@ -112,3 +112,8 @@ class InvalidProducerEpochError(StorageError):
 
 class InvalidTxnStateError(StorageError):
     """A transactional batch that is not part of an ongoing transaction (INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator epoch older than the producer's last one
+    (TRANSACTION_COORDINATOR_FENCED)."""

@@ -24,6 +24,16 @@ client with producerId >= 0:
   producer epoch ... accept writes with any sequence number"); UNKNOWN_PRODUCER_ID is
   no longer answered.
 
+Transactions (``ProducerAppendInfo.appendDataBatch`` / ``appendEndTxnMarker``): a
+transactional batch starts the producer's transaction in this partition unless one is
+ongoing (its first offset is kept per producer and in ``ongoing``), a non-transactional
+batch during one is INVALID_TXN_STATE; a COMMIT/ABORT marker (:meth:`prepare_marker`)
+ends it, fenced by an older producer epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch
+(TRANSACTION_COORDINATOR_FENCED), and yields the :class:`CompletedTxn` the ``.txnindex``
+needs. The first unstable offset is the oldest ongoing transaction's first offset.
+Producers with an ongoing transaction never expire. Until a transaction coordinator
+runs (``transactions_enabled``), transactional batches are refused.
+
 Checking is pure (:meth:`ProducerStateManager.prepare` returns the updated entries
 without touching the state); :meth:`ProducerStateManager.apply` installs them after the
 write succeeded.  Replaying batches from the log (:meth:`load_batch`) skips the checks,
@@ -43,8 +53,8 @@ big-endian::
         last_offset             int64   (-1: no batch cached)
         offset_delta            int32   last_offset - first offset of that batch
         timestamp               int64   max timestamp of that batch
-        coordinator_epoch       int32   always -1 here (no transactions)
-        current_txn_first_offset int64  always -1 here
+        coordinator_epoch       int32   epoch of the coordinator of its last marker (-1: none)
+        current_txn_first_offset int64  first offset of its ongoing transaction (-1: none)
 
 Kafka writes one entry per producer (its last batch).  We write one entry per cached
 batch, oldest first, so all 5 survive a restart; Kafka's reader keeps the last entry of
@@ -70,7 +80,8 @@ from typing import Iterable, NamedTuple
 
 from crc32c import crc32c
 
-from storage.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from storage.errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
+                            TransactionCoordinatorFencedError)
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN", "DEFAULT_PRODUCER_ID_EXPIRATION_MS", "BatchMetadata", "ProducerStateEntry",
@@ -150,20 +161,35 @@ class ProducerBatch(NamedTuple):
                    h.base_offset + h.last_offset_delta, h.max_timestamp, bool(h.is_transactional))
 
 
-class ProducerStateEntry:
-    """One producer id: epoch, last timestamp and its last 5 batches (oldest first)."""
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker in this partition (``last_offset``: the marker)."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
-    __slots__ = ("producer_id", "producer_epoch", "last_timestamp", "batches")
+
+class ProducerStateEntry:
+    """One producer id: epoch, last timestamp, its last 5 batches (oldest first), the
+    epoch of the coordinator that wrote its last marker and the first offset of its
+    ongoing transaction in this partition (-1: none)."""
+
+    __slots__ = ("producer_id", "producer_epoch", "last_timestamp", "batches", "coordinator_epoch",
+                 "current_txn_first_offset")
 
     def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH,
-                 last_timestamp: int = -1, batches: Iterable[BatchMetadata] = ()):
+                 last_timestamp: int = -1, batches: Iterable[BatchMetadata] = (),
+                 coordinator_epoch: int = -1, current_txn_first_offset: int = -1):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.last_timestamp = last_timestamp
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
 
     def copy(self) -> "ProducerStateEntry":
-        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.last_timestamp, self.batches)
+        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.last_timestamp, self.batches,
+                                  self.coordinator_epoch, self.current_txn_first_offset)
 
     @property
     def is_empty(self) -> bool:
@@ -199,11 +225,14 @@ class ProducerStateEntry:
     def __eq__(self, other) -> bool:
         return (isinstance(other, ProducerStateEntry) and self.producer_id == other.producer_id
                 and self.producer_epoch == other.producer_epoch and self.last_timestamp == other.last_timestamp
-                and list(self.batches) == list(other.batches))
+                and list(self.batches) == list(other.batches) and self.coordinator_epoch == other.coordinator_epoch
+                and self.current_txn_first_offset == other.current_txn_first_offset)
 
     def __repr__(self) -> str:
         return (f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
-                f"last_timestamp={self.last_timestamp}, batches={list(self.batches)})")
+                f"last_timestamp={self.last_timestamp}, batches={list(self.batches)}, "
+                f"coordinator_epoch={self.coordinator_epoch}, "
+                f"current_txn_first_offset={self.current_txn_first_offset})")
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -310,6 +339,8 @@ def read_snapshot(path: str) -> list[ProducerStateEntry]:
         if r.last_offset >= 0:
             e.batches.append(BatchMetadata(r.last_sequence, r.last_offset, r.offset_delta, r.timestamp))
         e.last_timestamp = r.timestamp
+        e.coordinator_epoch = r.coordinator_epoch  # the last entry of a producer is its state
+        e.current_txn_first_offset = r.current_txn_first_offset
     return list(entries.values())
 
 
@@ -321,10 +352,11 @@ def write_snapshot(path: str, producers: Iterable[ProducerStateEntry], sync: boo
         batches = list(e.batches) or [None]
         for b in batches:
             if b is None:
-                body += _ENTRY.pack(e.producer_id, e.producer_epoch, NO_SEQUENCE, -1, 0, e.last_timestamp, -1, -1)
+                body += _ENTRY.pack(e.producer_id, e.producer_epoch, NO_SEQUENCE, -1, 0, e.last_timestamp,
+                                    e.coordinator_epoch, e.current_txn_first_offset)
             else:
                 body += _ENTRY.pack(e.producer_id, e.producer_epoch, b.last_seq, b.last_offset, b.offset_delta,
-                                    b.timestamp, -1, -1)
+                                    b.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
             count += 1
     count_bytes = struct.pack(">i", count)
     crc = crc32c(count_bytes + bytes(body))
@@ -351,6 +383,10 @@ class ProducerStateManager:
         self.tp = topic_partition or os.path.basename(self.dir)
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its ongoing transaction in this partition
+        self.ongoing: dict[int, int] = {}
+        # False until a transaction coordinator runs: transactional batches are refused
+        self.transactions_enabled = False
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self._snapshots: list[int] = []
@@ -437,10 +473,12 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def _is_expired(self, now_ms: int, e: ProducerStateEntry) -> bool:
-        return now_ms - e.last_timestamp >= self.expiration_ms
+        # a producer with an ongoing transaction is kept (Kafka's isProducerExpired)
+        return e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms
 
     def remove_expired(self, now_ms: int) -> int:
-        """Forget producers idle for ``producer.id.expiration.ms``; returns how many."""
+        """Forget producers idle for ``producer.id.expiration.ms`` (not those with an
+        ongoing transaction); returns how many."""
         gone = [pid for pid, e in self.producers.items() if self._is_expired(now_ms, e)]
         for pid in gone:
             del self.producers[pid]
@@ -460,7 +498,7 @@ class ProducerStateManager:
                 dup = current.find_duplicate(b.producer_epoch, b.base_sequence, b.last_sequence)
                 if dup is not None:
                     return {}, dup
-            if b.is_transactional:
+            if b.is_transactional and not self.transactions_enabled:
                 # no transaction coordinator: no transaction can have been started on this
                 # partition (UnifiedLog: "Record was not part of an ongoing transaction")
                 raise InvalidTxnStateError(
@@ -469,12 +507,14 @@ class ProducerStateManager:
             pair = updates.get(b.producer_id)
             if pair is None:
                 cur = current if current is not None else ProducerStateEntry(b.producer_id)
-                pair = updates[b.producer_id] = (cur, ProducerStateEntry(b.producer_id, cur.producer_epoch,
-                                                                         cur.last_timestamp))
+                pair = updates[b.producer_id] = (cur, ProducerStateEntry(
+                    b.producer_id, cur.producer_epoch, cur.last_timestamp, (), cur.coordinator_epoch,
+                    cur.current_txn_first_offset))
             cur, upd = pair
             check_batch(cur, upd, b, self.tp)
             upd.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset,
                           b.max_timestamp)
+            _track_transaction(upd, b, self.tp)
         return {pid: upd for pid, (_cur, upd) in updates.items()}, None
 
     def apply(self, updates: dict[int, ProducerStateEntry], end_offset: int | None = None) -> None:
@@ -489,6 +529,10 @@ class ProducerStateManager:
                     cur.producer_epoch = upd.producer_epoch
                 cur.batches.extend(upd.batches)
                 cur.last_timestamp = upd.last_timestamp
+                cur.coordinator_epoch = upd.coordinator_epoch
+                cur.current_txn_first_offset = upd.current_txn_first_offset
+            if upd.current_txn_first_offset >= 0:
+                self.ongoing[pid] = upd.current_txn_first_offset
         if end_offset is not None:
             self.map_end_offset = end_offset
 
@@ -500,6 +544,69 @@ class ProducerStateManager:
         if e is None:
             e = self.producers[b.producer_id] = ProducerStateEntry(b.producer_id)
         e.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp)
+        if b.is_transactional and e.current_txn_first_offset < 0:
+            e.current_txn_first_offset = b.first_offset
+            self.ongoing[b.producer_id] = b.first_offset
+
+    # ------------------------------------------------------------------ transactions
+    def prepare_marker(self, producer_id: int, producer_epoch: int, offset: int, is_abort: bool,
+                       coordinator_epoch: int, timestamp: int, check: bool = True):
+        """ProducerAppendInfo.appendEndTxnMarker (pure): the producer's entry after a
+        COMMIT/ABORT marker at ``offset`` and the transaction it completes (None when the
+        producer wrote nothing in this partition since its last marker). ``check``
+        (a coordinator's append): an older producer epoch raises InvalidProducerEpochError,
+        an older coordinator epoch TransactionCoordinatorFencedError."""
+        cur = self.producers.get(producer_id) or ProducerStateEntry(producer_id)
+        if check:
+            if producer_epoch < cur.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"epoch of producer {producer_id} at offset {offset} in {self.tp} is {producer_epoch}, which is "
+                    f"smaller than the last seen epoch {cur.producer_epoch}")
+            if cur.coordinator_epoch > coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"invalid coordinator epoch for producer {producer_id} at offset {offset} in {self.tp}: "
+                    f"{coordinator_epoch} (zombie), {cur.coordinator_epoch} (current)")
+        completed = None
+        if cur.current_txn_first_offset >= 0:
+            completed = CompletedTxn(producer_id, cur.current_txn_first_offset, offset, is_abort)
+        upd = cur.copy()
+        if upd.producer_epoch != producer_epoch:
+            upd.batches.clear()
+            upd.producer_epoch = producer_epoch
+        upd.coordinator_epoch = coordinator_epoch
+        upd.current_txn_first_offset = -1
+        upd.last_timestamp = timestamp
+        return upd, completed
+
+    def apply_marker(self, entry: ProducerStateEntry, end_offset: int | None = None) -> None:
+        """Install what :meth:`prepare_marker` returned (after the marker was written);
+        the caller records the completed transaction first (:meth:`last_stable_offset_after`,
+        the ``.txnindex`` for an abort), then calls this."""
+        self.producers[entry.producer_id] = entry
+        self.ongoing.pop(entry.producer_id, None)
+        if end_offset is not None:
+            self.map_end_offset = end_offset
+
+    def load_marker(self, producer_id: int, producer_epoch: int, offset: int, is_abort: bool,
+                    coordinator_epoch: int, timestamp: int):
+        """Replay a marker read back from the log: returns ``(completed, last stable
+        offset after it)`` (completed None for a marker of an empty transaction)."""
+        entry, completed = self.prepare_marker(producer_id, producer_epoch, offset, is_abort, coordinator_epoch,
+                                               timestamp, check=False)
+        lso = self.last_stable_offset_after(completed) if completed is not None else None
+        self.apply_marker(entry)
+        return completed, lso
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction (the last stable offset
+        when the log is fully replicated, as here), or None."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """ProducerStateManager.lastStableOffset(completedTxn): the first offset of the
+        oldest other ongoing transaction, else the offset after the marker."""
+        others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     # ------------------------------------------------------------------ reload / truncation
     def _load_from_snapshot(self, log_start_offset: int, now_ms: int) -> None:
@@ -515,6 +622,8 @@ class ProducerStateManager:
             for e in entries:
                 if not self._is_expired(now_ms, e):
                     self.producers[e.producer_id] = e
+                    if e.current_txn_first_offset >= 0:
+                        self.ongoing[e.producer_id] = e.current_txn_first_offset
             logger.debug("%s: loaded producer state of %d producer(s) from %s", self.tp, len(self.producers), path)
             self.last_snap_offset = self.map_end_offset = off
             return
@@ -528,12 +637,14 @@ class ProducerStateManager:
                 self._remove_snapshot(off)
         if log_end_offset != self.map_end_offset:
             self.producers.clear()
+            self.ongoing.clear()
             self._load_from_snapshot(log_start_offset, now_ms)
         else:
             self.on_log_start_offset_incremented(log_start_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing.clear()
         for off in list(self._snapshots):
             self._remove_snapshot(off)
         self.last_snap_offset = 0
@@ -544,6 +655,16 @@ class ProducerStateManager:
             self.map_end_offset = log_start_offset
         latest = self.latest_snapshot_offset()
         self.last_snap_offset = latest if latest is not None else log_start_offset
+
+
+def _track_transaction(entry: ProducerStateEntry, b: ProducerBatch, tp: str) -> None:
+    """ProducerAppendInfo.appendDataBatch: a transactional batch starts a transaction
+    unless one is ongoing; a non-transactional one during a transaction is refused."""
+    if entry.current_txn_first_offset >= 0 and not b.is_transactional:
+        raise InvalidTxnStateError(f"expected a transactional write from producer {b.producer_id} at offset "
+                                   f"{b.first_offset} in {tp}: its transaction is still ongoing")
+    if entry.current_txn_first_offset < 0 and b.is_transactional:
+        entry.current_txn_first_offset = b.first_offset
 
 
 def _unlink(path: str) -> None:
