@@ -28,6 +28,15 @@ the write.  ``<offset>.snapshot`` files: one at each rolled segment's base offse
 the log end on clean close; loading reads the latest snapshot at or below the log end
 and replays the batches after it (nothing when the clean-close snapshot is at the end).
 
+Transactions (:meth:`Log.append_end_txn_marker`, the coordinator's path): a COMMIT or
+ABORT marker ends a producer's transaction; an abort is indexed in the marker segment's
+``.txnindex`` (:mod:`storage.transaction_index`); :attr:`Log.last_stable_offset` is the
+first offset of the oldest ongoing transaction, else the high watermark;
+:meth:`Log.collect_aborted_txns` serves read_committed fetches. After a crash the
+recovered segments are replayed whole from a snapshot at or before the first of them
+(later snapshots are dropped), so ongoing transactions and ``.txnindex`` entries lost
+with the process come back from the markers in the log.
+
 Writes reach the page cache before ``append`` returns (``os.pwrite``), so acknowledged
 data survives a process kill without fsync; fsync happens per ``flush.messages`` /
 ``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to flush_due, as
@@ -49,6 +58,7 @@ from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListT
 from storage.file_slice import FileSlice
 from storage.index import CorruptIndexError
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
+from storage.transaction_index import AbortedTxn
 from storage.segment import (
     LogSegment,
     OffsetAndTimestamp,
@@ -119,6 +129,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         os.makedirs(self.dir, exist_ok=True)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
+        self._first_recovered_base: int | None = None  # set by _check_segments
         self._load(rp, had_clean_shutdown)
         self._hw = self._leo
         if log_start_offset is not None and log_start_offset > self._log_start_offset:
@@ -128,6 +139,11 @@ class Log:
                 self.dir, topic_partition=f"{self.topic}-{self.partition}",
                 expiration_ms=self._producer_id_expiration_ms())
             self._producer_state.remove_stray_snapshots(self._bases)
+            if self._first_recovered_base is not None:
+                # recovered segments are replayed whole, so that their ongoing transactions
+                # and .txnindex entries (written after the marker, maybe lost) come back
+                self._producer_state.delete_snapshots_for(
+                    [o for o in self._producer_state.snapshot_offsets if o > self._first_recovered_base])
             self._rebuild_producer_state(self._leo, reload_from_clean_shutdown=had_clean_shutdown)
         except BaseException:
             for seg in self._segments:
@@ -242,6 +258,8 @@ class Log:
             missing_time_index = not seg.time_index_existed
             mtime = seg.last_modified_ms() if seg.size else -1
             size_before = seg.size
+            if self._first_recovered_base is None or seg.base_offset < self._first_recovered_base:
+                self._first_recovered_base = seg.base_offset
             cut = seg.recover()
             recovered += 1
             recovered_bytes += size_before
@@ -326,10 +344,90 @@ class Log:
                         break
                     if hdr.base_offset + hdr.last_offset_delta < start:
                         continue
-                    if hdr.producer_id >= 0:
+                    if hdr.is_control:
+                        self._replay_marker(seg, _pos, hdr)
+                    elif hdr.producer_id >= 0:
                         psm.load_batch(ProducerBatch.from_header(hdr))
         psm.map_end_offset = last_offset
         psm.take_snapshot()
+
+    def _replay_marker(self, seg, pos: int, hdr) -> None:
+        """A COMMIT/ABORT marker read back from the log: the producer's transaction ends;
+        an abort's ``.txnindex`` entry is written if the index lacks it (a crash between
+        the marker and its index entry)."""
+        from protocol import records as R
+
+        data = seg.read_bytes(pos, hdr.batch_length + R.LOG_OVERHEAD)
+        recs = list(R.iter_records(data, 0, hdr))
+        if not recs:
+            return  # an empty control batch: its transaction was cleaned away
+        try:
+            ctype, coordinator_epoch = R.parse_control_record(recs[0].key, recs[0].value)
+        except R.CorruptRecordError as exc:
+            logger.warning("%s-%d: control batch at offset %d: %s", self.topic, self.partition, hdr.base_offset, exc)
+            return
+        if ctype not in (R.CONTROL_ABORT, R.CONTROL_COMMIT):
+            return
+        completed, lso = self._producer_state.load_marker(
+            hdr.producer_id, hdr.producer_epoch, hdr.base_offset, ctype == R.CONTROL_ABORT,
+            -1 if coordinator_epoch is None else coordinator_epoch, hdr.max_timestamp)
+        if completed is not None and completed.is_aborted:
+            idx = seg.txn_index
+            entries = idx.entries
+            if not entries or entries[-1].last_offset < completed.last_offset:
+                idx.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso))
+
+    # ------------------------------------------------------------------ transactions
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                              coordinator_epoch: int, *, now_ms: int | None = None) -> AppendInfo:
+        """The transaction coordinator's COMMIT/ABORT marker for one producer (Kafka's
+        AppendOrigin.COORDINATOR): checked against the producer state first (an older
+        producer epoch: InvalidProducerEpochError, an older coordinator epoch:
+        TransactionCoordinatorFencedError; nothing is written), then written at the log
+        end; an aborted transaction gets its ``.txnindex`` entry in the marker's segment
+        and the last stable offset moves on."""
+        from protocol import records as R
+        from storage.validator import BatchInfo, ValidatedAppend
+
+        self._ensure_open()
+        now = self.clock.time_ms() if now_ms is None else now_ms
+        offset = self._leo
+        psm = self._producer_state
+        entry, completed = psm.prepare_marker(producer_id, producer_epoch, offset, not commit, coordinator_epoch, now)
+        append_time = getattr(self.config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
+        data = R.build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now, base_offset=offset)
+        if append_time:
+            data = bytearray(data)
+            R.set_log_append_time(data, 0, now)
+            data = bytes(data)
+        va = ValidatedAppend(data, offset, offset, now, offset, now if append_time else -1, 1,
+                             [BatchInfo(0, len(data), offset, offset, now, offset)])
+        seg = self._write(va, now)
+        if completed is not None and completed.is_aborted:
+            seg.txn_index.append(AbortedTxn(producer_id, completed.first_offset, completed.last_offset,
+                                            psm.last_stable_offset_after(completed)))
+        psm.apply_marker(entry, end_offset=self._leo)
+        return AppendInfo(offset, offset, va.log_append_time, self._log_start_offset, 1, now)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest ongoing transaction, else the high watermark:
+        what read_committed consumers may read up to."""
+        first = self._producer_state.first_unstable_offset()
+        return self._hw if first is None else min(first, self._hw)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[fetch_offset, upper_bound)``, from the
+        ``.txnindex`` of the segment holding ``fetch_offset`` onwards (a read_committed
+        fetch returns them so the consumer drops their records)."""
+        out: list[AbortedTxn] = []
+        i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        for seg in self._segments[i:]:
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
 
     def _producer_batches(self, va) -> list[ProducerBatch]:
         """The batches of a validated append that carry a producer id."""
@@ -454,11 +552,21 @@ class Log:
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
                                   dup.offset_delta + 1, dup.timestamp, True)
+        self._write(va, now_ms)
+        if updates:
+            psm.apply(updates)
+        psm.map_end_offset = self._leo
+        return AppendInfo(va.base_offset, va.last_offset, va.log_append_time,
+                          self._log_start_offset, va.record_count, va.max_timestamp)
+
+    def _write(self, va, now_ms: int) -> LogSegment:
+        """Roll if needed, write ``va`` at the log end, move the LEO and high watermark,
+        flush per ``flush.messages``. Returns the segment written to."""
         seg = self._segments[-1]
         try:
-            if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=size,
+            if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=len(va.buffer),
                                                 max_offset=va.last_offset, now_ms=now_ms,
-                                                segment_bytes=segment_bytes,
+                                                segment_bytes=self.config.segment_bytes,
                                                 segment_ms=self.config.segment_ms):
                 seg = self.roll(va.base_offset)
             seg.append(va)
@@ -467,16 +575,12 @@ class Log:
                 f"I/O error appending to {self.topic}-{self.partition} in {self.dir}: {e}") from e
         self._leo = va.last_offset + 1
         self._hw = self._leo
-        if updates:
-            psm.apply(updates)
-        psm.map_end_offset = self._leo
         if va.log_append_time is not None and va.log_append_time >= 0:
             self._last_append_time_ms = max(self._last_append_time_ms, va.log_append_time)
         flush_messages = getattr(self.config, "flush_messages", None)
         if flush_messages is not None and self._leo - self.recovery_point >= flush_messages:
             self.flush()
-        return AppendInfo(va.base_offset, va.last_offset, va.log_append_time,
-                          self._log_start_offset, va.record_count, va.max_timestamp)
+        return seg
 
     def roll(self, new_base_offset: int | None = None) -> LogSegment:
         """Make a new active segment at ``new_base_offset`` (default: the LEO)."""

@@ -1,4 +1,5 @@
-"""One log segment: ``<base>.log`` plus its ``<base>.index`` and ``<base>.timeindex``.
+"""One log segment: ``<base>.log`` plus its ``<base>.index``, ``<base>.timeindex`` and,
+once a transaction is aborted in it, ``<base>.txnindex`` (:mod:`storage.transaction_index`).
 
 Files are named by the segment's base offset zero-padded to 20 digits.  The ``.log``
 holds v2 record batches exactly as Kafka writes them (61-byte header: baseOffset i64,
@@ -25,6 +26,7 @@ from storage.file_slice import FileSlice
 from storage.index import IndexOffsetOverflowError
 from storage.offset_index import OffsetIndex
 from storage.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
+from storage.transaction_index import TransactionIndex
 
 from protocol import records as _records
 
@@ -35,6 +37,7 @@ __all__ = [
     "log_file_name",
     "offset_index_file_name",
     "time_index_file_name",
+    "txn_index_file_name",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
     "DELETED_SUFFIX",
@@ -67,6 +70,10 @@ def offset_index_file_name(base_offset: int) -> str:
 
 def time_index_file_name(base_offset: int) -> str:
     return _name(base_offset, ".timeindex")
+
+
+def txn_index_file_name(base_offset: int) -> str:
+    return _name(base_offset, ".txnindex")
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -147,6 +154,7 @@ class LogSegment:
         self.log_path = os.path.join(self.dir, log_file_name(self.base_offset))
         self.offset_index_path = os.path.join(self.dir, offset_index_file_name(self.base_offset))
         self.time_index_path = os.path.join(self.dir, time_index_file_name(self.base_offset))
+        self.txn_index_path = os.path.join(self.dir, txn_index_file_name(self.base_offset))
         log_existed = os.path.exists(self.log_path)
         # a .log found on disk without its indexes must be re-indexed (Log does it)
         self.offset_index_existed = os.path.exists(self.offset_index_path) or not log_existed
@@ -156,6 +164,8 @@ class LogSegment:
             self._size = os.fstat(self._file.fd).st_size
             self.offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size)
             self.time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+            # the aborted transactions whose ABORT marker is in this segment (file made on first use)
+            self.txn_index = TransactionIndex(self.txn_index_path, self.base_offset)
         except BaseException:
             self._file.close()
             raise
@@ -412,6 +422,7 @@ class LogSegment:
         cut = self._size - valid
         if cut > 0:
             self._truncate_file(valid)
+            self.txn_index.truncate_to(self.read_next_offset())
         self.offset_index.trim_to_valid_size()
         self.time_index.maybe_append(self._max_ts, self._max_ts_offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
@@ -435,6 +446,7 @@ class LogSegment:
             next_offset = self.read_next_offset()
             self.offset_index.truncate_to(next_offset)
             self.time_index.truncate_to(next_offset)
+            self.txn_index.truncate_to(next_offset)
             self._recompute_max_timestamp()
         return cut
 
@@ -512,6 +524,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
         cut = 0
@@ -531,6 +544,7 @@ class LogSegment:
         os.fsync(self._file.fileno())
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Final time-index entry, trim both indexes, close the file (clean close)."""
@@ -552,7 +566,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close_handlers()
-        for path in (self.log_path, self.offset_index_path, self.time_index_path):
+        for path in (self.log_path, self.offset_index_path, self.time_index_path, self.txn_index_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -562,7 +576,7 @@ class LogSegment:
         """Retention: rename the three files to ``<name>.deleted`` (removed later with
         ``delete``).  Open descriptors and maps stay valid, so a Fetch already holding a
         FileSlice of this segment still sends its bytes."""
-        for attr in ("log_path", "offset_index_path", "time_index_path"):
+        for attr in ("log_path", "offset_index_path", "time_index_path", "txn_index_path"):
             old = getattr(self, attr)
             new = old + DELETED_SUFFIX
             try:
@@ -573,6 +587,7 @@ class LogSegment:
         self._file.path = self.log_path
         self.offset_index.path = self.offset_index_path
         self.time_index.path = self.time_index_path
+        self.txn_index.path = self.txn_index_path
 
     def migrate_time_index(self, timestamp: int) -> None:
         """KIP-33 migration of a segment written before timestamps existed (its batches
