@@ -371,6 +371,15 @@ def listener_property_key(name: str) -> Optional[tuple[str, str, ConfigKey]]:
     return None
 
 
+def broker_key(name: str) -> Optional[ConfigKey]:
+    """The ConfigKey of a broker property, listener-prefixed or not (None: unknown)."""
+    key = _KEYS.get(name)
+    if key is None:
+        lk = listener_property_key(name)
+        key = None if lk is None else lk[2]
+    return key
+
+
 class ListenerSpec(BaseModel):
     """One configured listener: where it binds, what it advertises, its protocol."""
 
@@ -677,8 +686,15 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
         return {n for n, s in self._sources.items() if s != "default"}
 
     def get(self, name: str) -> Any:
-        """Value by Kafka property name."""
-        return getattr(self, _KEYS[name].attr)
+        """Value by Kafka property name; a listener-prefixed name gives that listener's
+        own value (None when not set). KeyError for an unknown name."""
+        key = _KEYS.get(name)
+        if key is not None:
+            return getattr(self, key.attr)
+        lk = listener_property_key(name)
+        if lk is None:
+            raise KeyError(name)
+        return self.listener_props.get(lk[0], {}).get(lk[1])
 
     def describe(self) -> list[tuple[str, Optional[str], str]]:
         """``[(property, value as string or None, source)]`` sorted by property name."""

@@ -187,19 +187,16 @@ def _broker_keys():
 
 
 def static_broker_values(static_cfg) -> dict[str, str]:
-    """Properties set in the file, env or overrides (Kafka's staticBrokerConfigs)."""
-    from config.broker_config import listener_property_key
+    """Properties set in the file, env or overrides (Kafka's staticBrokerConfigs), the
+    listener-prefixed ones included."""
+    from config.broker_config import broker_key
 
-    keys = _broker_keys()
     out = {}
     for name in static_cfg.explicit_properties():
-        if name in keys:
-            v = value_to_string(static_cfg.get(name), keys[name].type)
-        else:
-            lk = listener_property_key(name)
-            if lk is None:
-                continue
-            v = value_to_string(static_cfg.listener_props.get(lk[0], {}).get(lk[1]), lk[2].type)
+        key = broker_key(name)
+        if key is None:
+            continue
+        v = value_to_string(static_cfg.get(name), key.type)
         if v is not None:
             out[name] = v
     return out
@@ -264,7 +261,7 @@ def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool
     """DynamicBrokerConfig.validateConfigs: names must be dynamically updatable (TLS key
     material only with a listener prefix, and only for one broker, not as a cluster
     default), values must parse (ConfigError)."""
-    from config.broker_config import listener_property_key
+    from config.broker_config import broker_key
 
     def refuse(names, why):
         if names:
@@ -274,10 +271,9 @@ def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool
            "Cannot update these configs dynamically")
     refuse([n for n in props if n in SSL_RECONFIGURABLE],
            "These security configs can be dynamically updated only per-listener using the listener prefix")
-    keys = _broker_keys()
     for n, v in props.items():
         if v is not None:
-            (keys[n] if n in keys else listener_property_key(n)[2]).parse(v)
+            broker_key(n).parse(v)
     if not per_broker:
         refuse([n for n in props if listener_ssl_name(n)],
                "Cannot update these configs at default cluster level, broker id must be specified")
@@ -313,7 +309,7 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
                    include_synonyms: bool = False, include_documentation: bool = False) -> list[Entry]:
     """ConfigHelper.createBrokerConfigEntry: every property of this broker
     (``per_broker``), or the dynamic cluster defaults only (resource name "")."""
-    from config.broker_config import listener_property_key
+    from config.broker_config import broker_key
 
     bkeys = _broker_keys()
     if per_broker:  # every property, and the listener-prefixed ones that are set
@@ -326,13 +322,11 @@ def broker_entries(effective_cfg, layers: BrokerLayers, per_broker: bool, keys=N
     for name in names:
         if wanted is not None and name not in wanted:
             continue
-        lk = None if name in bkeys else listener_property_key(name)
-        if lk is None and name not in bkeys:
+        key = broker_key(name)
+        if key is None:
             continue
-        key = bkeys[name] if lk is None else lk[2]
         if per_broker:
-            raw = effective_cfg.get(name) if lk is None else effective_cfg.listener_props.get(lk[0], {}).get(lk[1])
-            value = value_to_string(raw, key.type)
+            value = value_to_string(effective_cfg.get(name), key.type)
         else:
             value = layers.dynamic_default[name]
         syns = layers.synonyms(name)
