@@ -143,9 +143,10 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
             raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         try:
             validate_dynamic_update(new, per_broker=bool(rname))
-            if rname:
+            if rname:  # checked whole (TLS stores loaded) before anything is written
                 tls_plan = _plan_tls(ctx, lm.set_dynamic_broker_configs(per_broker=new, validate_only=True), named)
-                lm.set_dynamic_broker_configs(per_broker=new, validate_only=validate_only)
+                if not validate_only:
+                    lm.set_dynamic_broker_configs(per_broker=new)
             else:
                 tls_plan = []
                 lm.set_dynamic_broker_configs(default=new, validate_only=validate_only)
@@ -157,7 +158,6 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
                 log.info("listener %s: new TLS connections now use the keystore %s (subject %s)", lst.name,
                          ctx.log_manager.broker_config.listener_value(lst.name, "ssl.keystore.location") or "(inline)",
                          subject_dn(certificate))
-        if not validate_only:
             log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
         return
     raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
