@@ -28,6 +28,7 @@ certificate must keep the subject DN and SANs of the old one unless
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -134,14 +135,20 @@ def build_server_context(value, listener: str) -> ssl.SSLContext:
     return ctx
 
 
-def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password) -> None:
-    """load_cert_chain reads files only: the inline PEM goes through a private file
-    (mode 0600, in a private directory) removed at once."""
+@contextlib.contextmanager
+def _private_pem(text: str):
+    """The ``ssl`` module reads key material from files only: inline PEM goes through a
+    private file (mode 0600, in a private directory) removed at once. Yields its path."""
     with tempfile.TemporaryDirectory(prefix="chronolog-tls-") as d:
         path = os.path.join(d, "keystore.pem")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(key.strip() + "\n" + chain.strip() + "\n")
+            fh.write(text)
+        yield path
+
+
+def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password) -> None:
+    with _private_pem(key.strip() + "\n" + chain.strip() + "\n") as path:
         ctx.load_cert_chain(path, password=password)
 
 
@@ -152,10 +159,7 @@ def keystore_certificate(value) -> dict:
     try:
         if location:
             return ssl._ssl._test_decode_cert(location)
-        with tempfile.TemporaryDirectory(prefix="chronolog-tls-") as d:
-            path = os.path.join(d, "chain.pem")
-            with open(path, "w") as fh:
-                fh.write((value("ssl.keystore.certificate.chain") or "").strip() + "\n")
+        with _private_pem((value("ssl.keystore.certificate.chain") or "").strip() + "\n") as path:
             return ssl._ssl._test_decode_cert(path)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError("ssl.keystore.location" if location else "ssl.keystore.certificate.chain",

@@ -268,3 +268,27 @@ def test_security_metrics_are_exported():
     assert 'chronolog_authentications_total{listener="SASL_SSL",mechanism="PLAIN",result="failure"} 1.0' in text
     assert 'chronolog_authorization_denied_total{api="Produce",resource_type="Topic"} 1.0' in text
     assert 'chronolog_connections{listener="PLAINTEXT"} 3.0' in text
+
+
+def test_inline_pem_keystore_loads_and_names_its_certificate(tmp_path):
+    """ssl.keystore.certificate.chain + ssl.keystore.key (Kafka's inline PEM): the context
+    serves them and keystore_certificate reads the broker certificate from the chain;
+    the private temporary file is gone afterwards."""
+    import ssl
+    import subprocess
+    import tempfile
+
+    from broker.security.tls import build_server_context, keystore_certificate
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "k.pem", "-out", "c.pem",
+                    "-days", "2", "-subj", "/CN=inline.example"], cwd=tmp_path, check=True, capture_output=True)
+    values = {"ssl.enabled.protocols": ["TLSv1.2", "TLSv1.3"], "ssl.keystore.type": "PEM",
+              "ssl.keystore.certificate.chain": (tmp_path / "c.pem").read_text(),
+              "ssl.keystore.key": (tmp_path / "k.pem").read_text(), "ssl.client.auth": "none"}
+    before = set(os.listdir(tempfile.gettempdir()))
+    ctx = build_server_context(values.get, "SSL")
+    assert isinstance(ctx, ssl.SSLContext)
+    assert subject_dn(keystore_certificate(values.get)) == "CN=inline.example"
+    assert not {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("chronolog-tls-")}
+    with pytest.raises(ConfigError, match="ssl.keystore.key"):
+        build_server_context({**values, "ssl.keystore.key": "not a key"}.get, "SSL")
