@@ -375,10 +375,9 @@ class TlsServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind(addr)
-                if port == 0:  # every address on the same ephemeral port
+                sock.bind((addr[0], port) + tuple(addr[2:]))
+                if port == 0:  # the other addresses bind the same ephemeral port
                     port = sock.getsockname()[1]
-                    infos = [(f, k, p, n, (a[0], port) + tuple(a[2:])) for f, k, p, n, a in infos]
                 sock.listen(backlog)
                 sock.setblocking(False)
         except OSError:

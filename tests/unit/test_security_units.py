@@ -292,3 +292,22 @@ def test_inline_pem_keystore_loads_and_names_its_certificate(tmp_path):
     assert not {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("chronolog-tls-")}
     with pytest.raises(ConfigError, match="ssl.keystore.key"):
         build_server_context({**values, "ssl.keystore.key": "not a key"}.get, "SSL")
+
+
+def test_tls_listener_on_all_interfaces_binds_one_ephemeral_port():
+    """TlsServer binds every address of an empty host (IPv4 and IPv6 here) on the same
+    port when asked for port 0, as loop.create_server does."""
+    import asyncio
+
+    from broker.connection import TlsServer
+
+    async def bind():
+        srv = await TlsServer.start(SimpleNamespace(handshakes=set()), SimpleNamespace(name="SSL"), "", 0)
+        try:
+            return [s.getsockname()[1] for s in srv.sockets]
+        finally:
+            srv.close()
+            await srv.wait_closed()
+
+    ports = asyncio.run(bind())
+    assert len(ports) >= 1 and len(set(ports)) == 1, ports
