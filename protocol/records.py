@@ -633,13 +633,17 @@ _MARKER_VALUE = struct.Struct(">hi")
 
 
 def build_end_txn_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                         timestamp: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
-    """The COMMIT or ABORT control batch the transaction coordinator writes."""
+                         timestamp: int, base_offset: int = 0, partition_leader_epoch: int = -1,
+                         log_append_time: bool = False) -> bytes:
+    """The COMMIT or ABORT control batch the transaction coordinator writes
+    (``log_append_time``: stamped as a LogAppendTime topic's batches are)."""
     key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
     value = _MARKER_VALUE.pack(0, coordinator_epoch)
     return build_batch([(timestamp, key, value)], base_offset=base_offset, producer_id=producer_id,
                        producer_epoch=producer_epoch, base_sequence=-1,
-                       partition_leader_epoch=partition_leader_epoch, is_transactional=True, is_control=True)
+                       partition_leader_epoch=partition_leader_epoch, is_transactional=True, is_control=True,
+                       timestamp_type=1 if log_append_time else 0,
+                       log_append_time=timestamp if log_append_time else None)
 
 
 def parse_control_record(key: bytes | None, value: bytes | None) -> tuple[int, int | None]:

@@ -395,11 +395,8 @@ class Log:
         psm = self._producer_state
         entry, completed = psm.prepare_marker(producer_id, producer_epoch, offset, not commit, coordinator_epoch, now)
         append_time = getattr(self.config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
-        data = R.build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now, base_offset=offset)
-        if append_time:
-            data = bytearray(data)
-            R.set_log_append_time(data, 0, now)
-            data = bytes(data)
+        data = R.build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now, base_offset=offset,
+                                      log_append_time=append_time)
         va = ValidatedAppend(data, offset, offset, now, offset, now if append_time else -1, 1,
                              [BatchInfo(0, len(data), offset, offset, now, offset)])
         seg = self._write(va, now)

@@ -239,16 +239,22 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
+def check_epoch(producer_id: int, epoch: int, last_epoch: int, offset: int, tp: str) -> None:
+    """ProducerAppendInfo.checkProducerEpoch: an epoch older than the producer's last is
+    INVALID_PRODUCER_EPOCH (Kafka 2.7+, instead of PRODUCER_FENCED)."""
+    if epoch < last_epoch:
+        raise InvalidProducerEpochError(
+            f"epoch of producer {producer_id} at offset {offset} in {tp} is {epoch}, which is smaller than "
+            f"the last seen epoch {last_epoch}")
+
+
 def check_batch(current: ProducerStateEntry, updated: ProducerStateEntry, b: ProducerBatch, tp: str) -> None:
     """ProducerAppendInfo.checkProducerEpoch + checkSequence for a client append.
 
     ``current`` is the state before this append, ``updated`` the state including the
     earlier batches of the same append."""
     pid, epoch, first_seq = b.producer_id, b.producer_epoch, b.base_sequence
-    if epoch < updated.producer_epoch:
-        raise InvalidProducerEpochError(
-            f"epoch of producer {pid} at offset {b.first_offset} in {tp} is {epoch}, which is smaller than "
-            f"the last seen epoch {updated.producer_epoch}")
+    check_epoch(pid, epoch, updated.producer_epoch, b.first_offset, tp)
     if epoch != updated.producer_epoch:
         if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
             raise OutOfOrderSequenceError(
@@ -558,10 +564,7 @@ class ProducerStateManager:
         an older coordinator epoch TransactionCoordinatorFencedError."""
         cur = self.producers.get(producer_id) or ProducerStateEntry(producer_id)
         if check:
-            if producer_epoch < cur.producer_epoch:
-                raise InvalidProducerEpochError(
-                    f"epoch of producer {producer_id} at offset {offset} in {self.tp} is {producer_epoch}, which is "
-                    f"smaller than the last seen epoch {cur.producer_epoch}")
+            check_epoch(producer_id, producer_epoch, cur.producer_epoch, offset, self.tp)
             if cur.coordinator_epoch > coordinator_epoch:
                 raise TransactionCoordinatorFencedError(
                     f"invalid coordinator epoch for producer {producer_id} at offset {offset} in {self.tp}: "

@@ -111,3 +111,13 @@ def test_truncation_drops_index_entries_past_the_new_end(tmp_path):
     assert [t.last_offset for t in log.segments[0].txn_index.entries] == [2, 5]
     log.truncate_to(4)
     assert [t.last_offset for t in log.segments[0].txn_index.entries] == [2]
+
+
+def test_markers_of_a_log_append_time_topic_are_stamped(tmp_path):
+    log = new_log(tmp_path, message_timestamp_type="LogAppendTime")
+    log.append(txn_batch(1, 0))
+    info = log.append_end_txn_marker(1, 0, commit=True, coordinator_epoch=0, now_ms=NOW + 5)
+    assert info.log_append_time == NOW + 5
+    (pos, h), = [(p, h) for p, h in log.segments[0].iter_batch_headers(0) if h.is_control]
+    assert h.timestamp_type == 1 and h.max_timestamp == NOW + 5
+    assert R.verify_crc(log.segments[0].read_bytes(pos, h.batch_length + R.LOG_OVERHEAD), 0, h)
