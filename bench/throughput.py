@@ -450,11 +450,31 @@ def consume_phase(bootstrap: str, topic: str, records: int, size: int, timeout: 
 # Machine info and reporting
 
 
+def client_info() -> dict[str, str]:
+    """Versions of the benchmark's client: confluent-kafka and its librdkafka."""
+    ckv = getattr(confluent_kafka, "__version__", None) or confluent_kafka.version()
+    return {"confluent_kafka": ckv[0] if isinstance(ckv, tuple) else str(ckv),
+            "librdkafka": confluent_kafka.libversion()[0]}
+
+
+def random_payloads(records: int, size: int) -> list[bytes]:
+    """Distinct random (incompressible) values, generated before any timing."""
+    blob = os.urandom(records * size)
+    return [blob[i * size:(i + 1) * size] for i in range(records)]
+
+
+def emit(markdown: str, result: dict[str, Any], json_out: Path | None) -> None:
+    """The report on stdout; every number also in ``json_out`` when given."""
+    print(markdown)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        log(f"wrote {json_out}")
+
+
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
     info = _machine.base_info()
-    ckv = getattr(confluent_kafka, "__version__", None) or confluent_kafka.version()
-    info["confluent_kafka"] = ckv[0] if isinstance(ckv, tuple) else str(ckv)
-    info["librdkafka"] = confluent_kafka.libversion()[0]
+    info.update(client_info())
     if args.tansu_bin and "tansu" in args.brokers:
         try:
             out = subprocess.run([args.tansu_bin, "--version"], capture_output=True,
@@ -669,10 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     per_broker = args.startup_timeout + 30 + args.runs * (3 * args.phase_timeout + 30)
     watchdog = _watchdog(len(args.brokers) * per_broker + 60)
 
-    # Distinct random (incompressible) values, generated before any timing.
-    blob = os.urandom(args.records * args.size)
-    payloads = [blob[i * args.size:(i + 1) * args.size] for i in range(args.records)]
-    del blob
+    payloads = random_payloads(args.records, args.size)
 
     result: dict[str, Any] = {
         "config": {
@@ -698,11 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         watchdog.cancel()
 
-    print(render_markdown(result))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
-        log(f"wrote {args.json_out}")
+    emit(render_markdown(result), result, args.json_out)
     return 1 if any("error" in b for b in result["brokers"].values()) else 0
 
 

@@ -22,7 +22,6 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil
@@ -166,14 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         T.log("openssl is needed to make the certificates (apt-get install openssl)")
         return 2
     watchdog = T._watchdog(args.startup_timeout + 60 + args.runs * len(LISTENERS) * (3 * args.phase_timeout + 10))
-    blob = os.urandom(args.records * args.size)
-    payloads = [blob[i * args.size:(i + 1) * args.size] for i in range(args.records)]
-    del blob
+    payloads = T.random_payloads(args.records, args.size)
     info = _machine.base_info()
     info.update(_machine.chronolog_info(T.REPO))
-    ckv = getattr(T.confluent_kafka, "__version__", None) or T.confluent_kafka.version()
-    info["confluent_kafka"] = ckv[0] if isinstance(ckv, tuple) else str(ckv)
-    info["librdkafka"] = T.confluent_kafka.libversion()[0]
+    info.update(T.client_info())
     info["openssl"] = subprocess.run(["openssl", "version"], capture_output=True, text=True).stdout.strip()
     result: dict[str, Any] = {
         "config": {"records": args.records, "size": args.size, "runs": args.runs, "linger_ms": args.linger_ms,
@@ -214,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             T.stop_broker(bp)
         shutil.rmtree(workdir, ignore_errors=True)
         watchdog.cancel()
-    print(render_markdown(result))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
-        T.log(f"wrote {args.json_out}")
+    T.emit(render_markdown(result), result, args.json_out)
     return 0
 
 
