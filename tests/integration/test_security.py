@@ -358,6 +358,23 @@ def test_legacy_v0_framing_and_session_lifetime(secure_broker):
         assert (err, msg, lifetime) == (0, None, 0)  # connections.max.reauth.ms=0: no lifetime
 
 
+def _tls_refused(port: int, certs: Path, cert=None, hostname: str = "localhost") -> int:
+    """A TLS client (``cert``: its (certificate, key) files) trusting the test CA that the
+    broker must refuse: the handshake fails or the connection closes before an answer.
+    Returns the client's local port (what the broker's log names)."""
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    if cert:
+        ctx.load_cert_chain(*cert)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        local_port = s.getsockname()[1]
+        with pytest.raises((ssl.SSLError, OSError)):
+            with ctx.wrap_socket(s, server_hostname=hostname) as t:
+                t.sendall(frame(request_header_v1(18, 0, 1)))
+                if not t.recv(4):
+                    raise ConnectionError("closed")
+        return local_port
+
+
 def test_tls_client_certificates(tmp_path, certs):
     """ssl.client.auth=required: no certificate or an untrusted one is refused; a trusted
     one connects and its DN is mapped by ssl.principal.mapping.rules (checked through
@@ -389,16 +406,8 @@ def test_tls_client_certificates(tmp_path, certs):
         conf = ck_security(b, "SSL", certs, client_cert=True)
         assert ck_roundtrip(conf, topic, 3) == [b"v0", b"v1", b"v2"]
         # no client certificate / an untrusted one: the handshake fails
-        for cert in (None, "rogue"):
-            ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-            if cert:
-                ctx.load_cert_chain(str(certs / f"{cert}.crt"), str(certs / f"{cert}.key"))
-            with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=5) as s:
-                with pytest.raises((ssl.SSLError, OSError)):
-                    with ctx.wrap_socket(s, server_hostname="localhost") as t:
-                        t.sendall(frame(request_header_v1(18, 0, 1)))
-                        if not t.recv(4):
-                            raise ConnectionError("closed")
+        _tls_refused(ports["SSL"], certs)
+        _tls_refused(ports["SSL"], certs, (str(certs / "rogue.crt"), str(certs / "rogue.key")))
         assert _metadata_ok(ports["PLAINTEXT"])
     finally:
         b.stop()
@@ -793,13 +802,7 @@ def test_dynamic_keystore_update(tmp_path, certs):
         old_conn.close()
         new_conn.close()
         # client authentication is still required, against the same CA
-        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-        with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=5) as s:
-            with pytest.raises((ssl.SSLError, OSError)):
-                with ctx.wrap_socket(s, server_hostname="localhost") as t:
-                    t.sendall(frame(request_header_v1(18, 0, 1)))
-                    if not t.recv(4):
-                        raise ConnectionError("closed")
+        _tls_refused(ports["SSL"], certs)
         b.ports = ports
         topic = create(b, unique_topic("rotate"))
         assert ck_roundtrip(ck_security(b, "SSL", certs, client_cert=True), topic, 2) == [b"v0", b"v1"]
@@ -872,17 +875,7 @@ def test_bad_tls_input_is_logged_with_the_peer_and_reason(tmp_path, certs):
         ports = b.listener_ports()
 
         def tls_attempt(cert=None, hostname="localhost"):
-            ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-            if cert:
-                ctx.load_cert_chain(*cert)
-            with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=10) as s:
-                local_port = s.getsockname()[1]
-                with pytest.raises((ssl.SSLError, OSError, ConnectionError)):
-                    with ctx.wrap_socket(s, server_hostname=hostname) as t:
-                        t.sendall(frame(request_header_v1(18, 0, 1)))
-                        if not t.recv(4):
-                            raise ConnectionError("closed")
-                return local_port
+            return _tls_refused(ports["SSL"], certs, cert, hostname)
 
         mark = b.log_size()
         expired = tls_attempt((str(d / "old.crt"), str(d / "old.key")))
