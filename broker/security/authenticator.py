@@ -183,8 +183,7 @@ class Authenticator:
         if header.api_version > 2:
             return self._close(conn, f"unsupported SaslAuthenticate version {header.api_version}")
         if len(frame) > session.listener.max_receive_size:
-            return self._close(conn, f"SASL token of {len(frame)} bytes is over sasl.server.max.receive.size="
-                                     f"{session.listener.max_receive_size}")
+            return self._oversized(conn, frame)
         try:
             request = codec.decode_request_body(header, frame, offset)
         except codec.DecodeError as exc:
@@ -194,22 +193,16 @@ class Authenticator:
         try:
             token = session.server.evaluate(request.auth_bytes)
         except SaslAuthenticationError as exc:
-            return self._fail(conn, self._encode(header, SaslAuthenticateResponse(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(exc), auth_bytes=b"")),
-                reason=str(exc))
+            return self._auth_failed(conn, header, str(exc), str(exc))
         except SaslFormatError as exc:
             message = ("Authentication failed during authentication due to invalid credentials with SASL "
                        f"mechanism {session.mechanism}")
-            return self._fail(conn, self._encode(header, SaslAuthenticateResponse(
-                error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message, auth_bytes=b"")),
-                reason=str(exc))
+            return self._auth_failed(conn, header, message, str(exc))
         lifetime = 0
         if session.server.complete:
             failure = self._complete(conn)
             if failure is not None:
-                return self._fail(conn, self._encode(header, SaslAuthenticateResponse(
-                    error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=failure, auth_bytes=b"")),
-                    reason=failure)
+                return self._auth_failed(conn, header, failure, failure)
             lifetime = self._lifetime(session)
         return self._encode(header, SaslAuthenticateResponse(
             error_code=0, error_message=None, auth_bytes=token, session_lifetime_ms=lifetime))
@@ -217,8 +210,7 @@ class Authenticator:
     def _raw_token(self, conn, frame):
         session = conn.session
         if len(frame) > session.listener.max_receive_size:
-            return self._close(conn, f"SASL token of {len(frame)} bytes is over sasl.server.max.receive.size="
-                                     f"{session.listener.max_receive_size}")
+            return self._oversized(conn, frame)
         try:
             token = session.server.evaluate(bytes(frame))
         except (SaslAuthenticationError, SaslFormatError) as exc:
@@ -263,9 +255,17 @@ class Authenticator:
         if header.api_key == SASL_HANDSHAKE:
             body = SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
             return self._fail(conn, self._encode(header, body), reason=message, delay=False)
-        log.info("closing connection from %s on listener %s: %s", conn._peer, conn.session.listener.name, message)
-        conn.close()
-        return None
+        return self._close(conn, message)
+
+    def _oversized(self, conn, frame):
+        return self._close(conn, f"SASL token of {len(frame)} bytes is over sasl.server.max.receive.size="
+                                 f"{conn.session.listener.max_receive_size}")
+
+    def _auth_failed(self, conn, header, message: str, reason: str):
+        """SASL_AUTHENTICATION_FAILED with Kafka's ``message``, after the delay, then close."""
+        return self._fail(conn, self._encode(header, SaslAuthenticateResponse(
+            error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message, auth_bytes=b"")),
+            reason=reason)
 
     def _close(self, conn, reason: str):
         log.info("closing connection from %s on listener %s: %s", conn._peer, conn.session.listener.name, reason)
