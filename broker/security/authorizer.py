@@ -179,10 +179,7 @@ def filter_matches(f, acl: AclBinding) -> bool:
         if ptype == ANY_PATTERN or ptype == acl.pattern_type:
             if name != acl.resource_name:
                 return False
-        elif acl.pattern_type == LITERAL:
-            if name != acl.resource_name and acl.resource_name != WILDCARD:
-                return False
-        elif not name.startswith(acl.resource_name):
+        elif not applies_to(acl, acl.resource_type, name):  # MATCH: the ACL covers the name
             return False
     if f.principal_filter is not None and f.principal_filter != acl.principal:
         return False
