@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import itertools
 
+from broker.security import authorizer as A
 from broker.tools import ToolError, UsageError, add_common_args, run_tool
 
-RESOURCE = {"TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5, "DELEGATION_TOKEN": 6}
+RESOURCE = {"TOPIC": A.TOPIC, "GROUP": A.GROUP, "CLUSTER": A.CLUSTER, "TRANSACTIONAL_ID": A.TRANSACTIONAL_ID,
+            "DELEGATION_TOKEN": A.DELEGATION_TOKEN}
 RESOURCE_NAMES = {v: k for k, v in RESOURCE.items()}
-PATTERN = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
-PATTERN_NAMES = {1: "ANY", 2: "MATCH", 3: "LITERAL", 4: "PREFIXED"}
-OPERATIONS = {"all": 2, "read": 3, "write": 4, "create": 5, "delete": 6, "alter": 7, "describe": 8,
-              "clusteraction": 9, "describeconfigs": 10, "alterconfigs": 11, "idempotentwrite": 12,
-              "createtokens": 13, "describetokens": 14}
-OP_NAMES = {2: "ALL", 3: "READ", 4: "WRITE", 5: "CREATE", 6: "DELETE", 7: "ALTER", 8: "DESCRIBE",
-            9: "CLUSTER_ACTION", 10: "DESCRIBE_CONFIGS", 11: "ALTER_CONFIGS", 12: "IDEMPOTENT_WRITE",
-            13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS"}
-ALLOW, DENY = 3, 2
+PATTERN_NAMES = {A.ANY_PATTERN: "ANY", A.MATCH: "MATCH", A.LITERAL: "LITERAL", A.PREFIXED: "PREFIXED"}
+PATTERN = {n.lower(): c for c, n in PATTERN_NAMES.items()}
+OP_NAMES = {A.ALL: "ALL", A.READ: "READ", A.WRITE: "WRITE", A.CREATE: "CREATE", A.DELETE: "DELETE",
+            A.ALTER: "ALTER", A.DESCRIBE: "DESCRIBE", A.CLUSTER_ACTION: "CLUSTER_ACTION",
+            A.DESCRIBE_CONFIGS: "DESCRIBE_CONFIGS", A.ALTER_CONFIGS: "ALTER_CONFIGS",
+            A.IDEMPOTENT_WRITE: "IDEMPOTENT_WRITE", A.CREATE_TOKENS: "CREATE_TOKENS",
+            A.DESCRIBE_TOKENS: "DESCRIBE_TOKENS"}
+OPERATIONS = {n.replace("_", "").lower(): c for c, n in OP_NAMES.items()}  # "idempotentwrite" -> 12
+ALLOW, DENY = A.ALLOW, A.DENY
 PERM_NAMES = {ALLOW: "ALLOW", DENY: "DENY"}
 
 
@@ -112,7 +114,7 @@ def _list(conn, rtype, name, ptype, principal=None) -> dict:
 
     _, resp = conn.request(DescribeAclsRequest(
         resource_type_filter=rtype, resource_name_filter=name, pattern_type_filter=ptype,
-        principal_filter=principal, host_filter=None, operation=1, permission_type=1))
+        principal_filter=principal, host_filter=None, operation=A.ANY_OP, permission_type=A.ANY_PERMISSION))
     _check_error(resp.error_code, resp.error_message, "DescribeAcls")
     out: dict = {}
     for r in resp.resources:
@@ -144,13 +146,13 @@ def _run(args) -> int:
         raise UsageError("--add needs --allow-principal and/or --deny-principal")
     ptype_name = args.resource_pattern_type or ("any" if args.list else "literal")
     ptype = PATTERN[ptype_name]
-    if args.add and ptype not in (3, 4):
+    if args.add and ptype not in (A.LITERAL, A.PREFIXED):
         raise UsageError("--add needs --resource-pattern-type literal or prefixed")
     with Client.from_args(args) as client:
         conn = client.any()
         if args.list:
             groups = {}
-            for rtype, name in resources or [(1, None)]:
+            for rtype, name in resources or [(A.ANY_TYPE, None)]:
                 groups.update(_list(conn, rtype, name, ptype, args.principal))
             _print(groups)
             return 0
@@ -173,7 +175,7 @@ def _run(args) -> int:
         else:
             filters = []
             for rtype, name in resources:
-                entries = _entries(args, rtype) or [(None, None, 1, 1)]
+                entries = _entries(args, rtype) or [(None, None, A.ANY_OP, A.ANY_PERMISSION)]
                 print(f"Removing ACLs for resource `{_pattern(rtype, name, ptype)}`")
                 for principal, host, op, perm in entries:
                     filters.append(DeleteAclsRequest.DeleteAclsFilter(
@@ -184,6 +186,6 @@ def _run(args) -> int:
                 _check_error(r.error_code, r.error_message, "DeleteAcls")
         groups = {}
         for rtype, name in resources:
-            groups.update(_list(conn, rtype, name, ptype if ptype in (3, 4) else 1))
+            groups.update(_list(conn, rtype, name, ptype if ptype in (A.LITERAL, A.PREFIXED) else A.ANY_PATTERN))
         _print(groups)
     return 0
