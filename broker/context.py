@@ -24,6 +24,8 @@ class BrokerContext:
     producer_ids: object = None
     # broker.coordinator.GroupCoordinator once __consumer_offsets is loaded (None before)
     group_coordinator: object = None
+    # broker.coordinator.transaction.TransactionCoordinator once __transaction_state is loaded
+    txn_coordinator: object = None
     # broker.metrics.BrokerMetrics when metrics.port > 0, else None (hooks are no-ops)
     metrics: object = None
     # (topic, partition) -> futures of Fetch requests parked until data arrives

@@ -107,6 +107,18 @@ class BrokerServer:
         ctx.group_coordinator = start_group_coordinator(ctx)
         self._tasks.append(asyncio.ensure_future(self._periodic(
             "offsets expiration", cfg.offsets_retention_check_interval_ms, ctx.group_coordinator.expire_offsets)))
+        # transaction coordinator: replay __transaction_state, finish prepared transactions
+        from broker.coordinator.txn_service import start_transaction_coordinator
+
+        ctx.txn_coordinator = start_transaction_coordinator(ctx)
+        self._tasks += [
+            asyncio.ensure_future(self._periodic(
+                "timed-out transaction abort", cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                ctx.txn_coordinator.abort_timed_out)),
+            asyncio.ensure_future(self._periodic(
+                "transactional id expiration", cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
+                ctx.txn_coordinator.expire_transactional_ids)),
+        ]
         self.servers = []
         for lst in listeners:
             if lst.tls:  # handshakes run by TlsServer: failures logged, the current keystore used

@@ -338,6 +338,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.size", T.INT, INT_MAX, Range.at_least(1),
               "Most members a consumer group may have; a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED."),
     ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
+    # transaction coordinator
+    ConfigKey("transaction.max.timeout.ms", T.INT, 900000, Range.at_least(1),
+              "Longest transaction timeout a producer may ask for; InitProducerId asking more gets "
+              "INVALID_TRANSACTION_TIMEOUT."),
+    ConfigKey("transactional.id.expiration.ms", T.INT, 604800000, Range.at_least(1),
+              "How long a transactional id with no transaction under way is kept after its last use."),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000, Range.at_least(1),
+              "How often transactions older than their timeout are looked for and aborted."),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000, Range.at_least(1),
+              "How often transactional ids past transactional.id.expiration.ms are removed."),
+    ConfigKey("transaction.state.log.num.partitions", T.INT, 50, Range.at_least(1)),
+    ConfigKey("transaction.state.log.segment.bytes", T.INT, 104857600, Range.at_least(1)),
+    ConfigKey("transaction.partition.verification.enable", T.BOOLEAN, True, None,
+              "Check that a transactional produce goes to a partition its transaction added (KIP-890)."),
 )
 _KEYS: dict[str, ConfigKey] = {k.name: k for k in BROKER_KEYS}
 _ATTRS: dict[str, ConfigKey] = {k.attr: k for k in BROKER_KEYS}

@@ -501,26 +501,27 @@ class Log:
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
-               max_records_bytes: int | None = None) -> AppendInfo:
+               max_records_bytes: int | None = None, coordinator: bool = False) -> AppendInfo:
         """Validate, assign offsets, roll if needed, write.  Raises storage errors.
         ``in_place``: ``records`` is a writable buffer the caller gives up, so offsets
-        and timestamps are patched in it instead of in a copy."""
+        and timestamps are patched in it instead of in a copy. ``coordinator``: written
+        by a coordinator (no sequence checks, see ProducerStateManager.prepare)."""
         from storage.validator import DEFAULT_MAX_RECORDS_BYTES, analyze_records
 
         self._ensure_open()
         analysis = analyze_records(records, config=self.config, now_ms=self.clock.time_ms(),
                                    in_place=in_place,
                                    max_records_bytes=max_records_bytes or DEFAULT_MAX_RECORDS_BYTES)
-        return self.append_analysis(analysis)
+        return self.append_analysis(analysis, coordinator=coordinator)
 
-    def append_analysis(self, analysis) -> AppendInfo:
+    def append_analysis(self, analysis, *, coordinator: bool = False) -> AppendInfo:
         """Append a completed ``storage.validator.Analysis``: offsets from the log end,
         the append time never below the last one, then :meth:`append_validated`."""
         self._ensure_open()
         va = analysis.assign(self._leo, self._last_append_time_ms)
-        return self.append_validated(va, now_ms=self.clock.time_ms())
+        return self.append_validated(va, now_ms=self.clock.time_ms(), coordinator=coordinator)
 
-    def append_validated(self, va, *, now_ms: int | None = None) -> AppendInfo:
+    def append_validated(self, va, *, now_ms: int | None = None, coordinator: bool = False) -> AppendInfo:
         """Append an already validated ``ValidatedAppend`` whose base offset is the LEO.
 
         Batches with a producer id are checked against the producer state first
@@ -545,7 +546,7 @@ class Log:
         updates = None
         pbatches = self._producer_batches(va)
         if pbatches:
-            updates, dup = psm.prepare(pbatches)
+            updates, dup = psm.prepare(pbatches, coordinator=coordinator)
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
                                   dup.offset_delta + 1, dup.timestamp, True)
@@ -728,22 +729,31 @@ class Log:
         return len(self._pending_deletes)
 
     # ------------------------------------------------------------------ read
-    def read(self, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> FetchDataInfo:
-        """Bytes from the batch holding ``fetch_offset`` (one segment at most)."""
+    def read(self, fetch_offset: int, max_bytes: int, min_one_message: bool = True,
+             max_offset: int | None = None) -> FetchDataInfo:
+        """Bytes from the batch holding ``fetch_offset`` (one segment at most), and
+        none at or past ``max_offset`` (read_committed reads stop at the last stable
+        offset, which is always a batch boundary)."""
         self._ensure_open()
         leo, lso, hw = self._leo, self._log_start_offset, self._hw
         if fetch_offset > leo or fetch_offset < lso:
             raise OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} of {self.topic}-{self.partition} is out of range: "
                 f"log start offset {lso}, log end offset {leo}")
-        if fetch_offset == leo:
+        if fetch_offset == leo or (max_offset is not None and fetch_offset >= max_offset):
             return FetchDataInfo(None, hw, lso)
         i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
-            records = seg.read(fetch_offset, max_bytes, max_position=seg.size,
-                               min_one_message=min_one_message)
+            limit = seg.size
+            if max_offset is not None and i + 1 < len(segs) and segs[i + 1].base_offset <= max_offset:
+                pass  # the whole segment is below the limit
+            elif max_offset is not None and max_offset < leo:
+                found = seg.translate_offset(max_offset)
+                if found is not None:
+                    limit = found.position
+            records = seg.read(fetch_offset, max_bytes, max_position=limit, min_one_message=min_one_message)
             if records is not None:
                 return FetchDataInfo(records if len(records) else None, hw, lso)
             i += 1

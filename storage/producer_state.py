@@ -31,8 +31,10 @@ batch during one is INVALID_TXN_STATE; a COMMIT/ABORT marker (:meth:`prepare_mar
 ends it, fenced by an older producer epoch (INVALID_PRODUCER_EPOCH) or coordinator epoch
 (TRANSACTION_COORDINATOR_FENCED), and yields the :class:`CompletedTxn` the ``.txnindex``
 needs. The first unstable offset is the oldest ongoing transaction's first offset.
-Producers with an ongoing transaction never expire. Until a transaction coordinator
-runs (``transactions_enabled``), transactional batches are refused.
+Producers with an ongoing transaction never expire. Whether a transactional batch
+belongs to a transaction the coordinator knows is checked before the append, by the
+broker (KIP-890 verification); ``transactions_enabled = False`` refuses every
+transactional batch (a storage used without a coordinator).
 
 Checking is pure (:meth:`ProducerStateManager.prepare` returns the updated entries
 without touching the state); :meth:`ProducerStateManager.apply` installs them after the
@@ -391,8 +393,8 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         # producer id -> first offset of its ongoing transaction in this partition
         self.ongoing: dict[int, int] = {}
-        # False until a transaction coordinator runs: transactional batches are refused
-        self.transactions_enabled = False
+        # False: transactional batches are refused (no coordinator stands behind them)
+        self.transactions_enabled = True
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self._snapshots: list[int] = []
@@ -490,17 +492,20 @@ class ProducerStateManager:
             del self.producers[pid]
         return len(gone)
 
-    def prepare(self, batches: Iterable[ProducerBatch]):
+    def prepare(self, batches: Iterable[ProducerBatch], *, coordinator: bool = False):
         """Check a client append (pure).  Returns ``(updates, duplicate)``: the new
         entries to :meth:`apply` after the write, or the cached :class:`BatchMetadata`
         of a batch that was appended before (then nothing is to be written).  Raises
-        OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError."""
+        OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError.
+        ``coordinator``: an append by the group coordinator (Kafka's
+        AppendOrigin.COORDINATOR: transactional offset commits), whose sequence numbers
+        are neither checked nor used to find duplicates; the epoch is still checked."""
         updates: dict[int, tuple[ProducerStateEntry, ProducerStateEntry]] = {}
         for b in batches:
             if b.producer_id < 0:
                 continue
             current = self.producers.get(b.producer_id)
-            if current is not None:
+            if current is not None and not coordinator:
                 dup = current.find_duplicate(b.producer_epoch, b.base_sequence, b.last_sequence)
                 if dup is not None:
                     return {}, dup
@@ -517,7 +522,10 @@ class ProducerStateManager:
                     b.producer_id, cur.producer_epoch, cur.last_timestamp, (), cur.coordinator_epoch,
                     cur.current_txn_first_offset))
             cur, upd = pair
-            check_batch(cur, upd, b, self.tp)
+            if coordinator:
+                check_epoch(b.producer_id, b.producer_epoch, upd.producer_epoch, b.first_offset, self.tp)
+            else:
+                check_batch(cur, upd, b, self.tp)
             upd.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset,
                           b.max_timestamp)
             _track_transaction(upd, b, self.tp)

@@ -114,6 +114,17 @@ class OffsetEntry:
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    # offset of the record in __consumer_offsets (-1 unknown): of a regular and a
+    # transactional commit of one partition, the one written later wins
+    record_offset: int = -1
+
+
+def _number(entries: dict, base) -> None:
+    """Give the entries the record offsets they were written at (``base`` is the offset
+    of the batch's first record; the store writes them in dict order)."""
+    if isinstance(base, int) and base >= 0:
+        for i, e in enumerate(entries.values()):
+            e.record_offset = base + i
 
 
 class ClassicGroup:
@@ -135,6 +146,9 @@ class ClassicGroup:
         self.pending_sync: set[str] = set()  # members that have not sent SyncGroup yet
         self.sync_timer = None
         self.offsets: dict[tuple[str, int], OffsetEntry] = {}
+        # TxnOffsetCommit offsets waiting for their transaction's marker: producer id ->
+        # {(topic, partition): OffsetEntry} (None: a tombstone)
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetEntry | None]] = {}
         self.empty_since_ms = now_ms  # for offsets.retention.minutes
 
     def transition(self, state: str, now_ms: int) -> None:
@@ -220,7 +234,7 @@ def _loop_future():
 
 
 class _NullStore:
-    def write_offsets(self, group, offsets):
+    def write_offsets(self, group, offsets, producer=None):
         pass
 
     def write_group(self, group, value):
@@ -856,9 +870,10 @@ class GroupCoordinator:
             results[(topic, partition)] = 0
         if accepted:
             try:
-                self.store.write_offsets(group_id, {k: OffsetValue(e.offset, e.leader_epoch, e.metadata,
-                                                                   e.commit_timestamp)
-                                                    for k, e in accepted.items()})
+                base = self.store.write_offsets(group_id, {k: OffsetValue(e.offset, e.leader_epoch, e.metadata,
+                                                                          e.commit_timestamp)
+                                                           for k, e in accepted.items()})
+                _number(accepted, base)
             except Exception as exc:
                 log.error("could not store offsets of group %s: %s", group_id, exc)
                 code = E.COORDINATOR_NOT_AVAILABLE
@@ -868,25 +883,120 @@ class GroupCoordinator:
                     results[k] = int(code)
                 accepted = {}
             g.offsets.update(accepted)
-        if not g.offsets and g.is_empty() and g.state == EMPTY and g.generation_id == 0 and not g.pending_members:
+        if (not g.offsets and g.is_empty() and g.state == EMPTY and g.generation_id == 0 and not g.pending_members
+                and not g.pending_txn_offsets):
             self.groups.pop(group_id, None)
         return results
 
-    def fetch_offsets(self, group_id: str, partitions: list | None):
+    def fetch_offsets(self, group_id: str, partitions: list | None, require_stable: bool = False):
         """``partitions``: [(topic, partition)] or None for all. Returns (error,
-        [(topic, partition, offset, leader_epoch, metadata, error)])."""
+        [(topic, partition, offset, leader_epoch, metadata, error)]). ``require_stable``
+        (OffsetFetch v7+, KIP-447): a partition with a transactional commit still waiting
+        for its marker answers UNSTABLE_OFFSET_COMMIT, so the consumer retries."""
         g = self.group(group_id)
         offsets = g.offsets if g is not None else {}
-        if partitions is None:
-            return 0, [(t, p, e.offset, e.leader_epoch, e.metadata, 0) for (t, p), e in sorted(offsets.items())]
-        out = []
-        for t, p in partitions:
-            e = offsets.get((t, p))
+        pending: set = set()
+        if require_stable and g is not None:
+            for per_producer in g.pending_txn_offsets.values():
+                pending.update(per_producer)
+
+        def row(t, p, e):
+            if (t, p) in pending:
+                return (t, p, -1, -1, "", int(E.UNSTABLE_OFFSET_COMMIT))
             if e is None:
-                out.append((t, p, -1, -1, "", 0))
-            else:
-                out.append((t, p, e.offset, e.leader_epoch, e.metadata, 0))
-        return 0, out
+                return (t, p, -1, -1, "", 0)
+            return (t, p, e.offset, e.leader_epoch, e.metadata, 0)
+
+        if partitions is None:
+            keys = sorted(set(offsets) | pending)
+            return 0, [row(t, p, offsets.get((t, p))) for t, p in keys]
+        return 0, [row(t, p, offsets.get((t, p))) for t, p in partitions]
+
+    # ------------------------------------------------------------------ transactional offsets
+    def txn_commit_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                           member_id: str, group_instance_id: str | None, offsets: list) -> dict:
+        """TxnOffsetCommit: validated as Kafka's validateTransactionalOffsetCommit
+        (KIP-447: a stale generation or unknown member is fenced), written to
+        ``__consumer_offsets`` as a transactional batch of the producer, and held as
+        pending until the transaction's marker commits (:meth:`complete_txn`) or drops
+        them. ``offsets`` as :meth:`commit_offsets`. Returns {(topic, partition): error}."""
+        keys = [(t, p) for t, p, *_ in offsets]
+        if not group_id:
+            return {k: int(E.INVALID_GROUP_ID) for k in keys}
+        g = self.group(group_id)
+        if g is None:
+            if generation_id >= 0:
+                return {k: int(E.ILLEGAL_GENERATION) for k in keys}
+            g = self.groups[group_id] = ClassicGroup(group_id, self._now())
+        try:
+            if g.state == DEAD:
+                raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE)
+            if not (generation_id < 0 and g.state == EMPTY) and (
+                    generation_id >= 0 or member_id or group_instance_id is not None):
+                self._validate_member(g, member_id, group_instance_id)
+                if generation_id != g.generation_id:
+                    raise CoordinatorError(E.ILLEGAL_GENERATION)
+        except CoordinatorError as e:
+            return {k: e.code for k in keys}
+        now = self._now()
+        results: dict = {}
+        accepted: dict = {}
+        for topic, partition, offset, epoch, metadata, ts in offsets:
+            n = self.topic_partitions(topic)
+            if n is None or not 0 <= partition < n:
+                results[(topic, partition)] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if metadata is not None and len(metadata) > self.max_metadata_size:
+                results[(topic, partition)] = int(E.OFFSET_METADATA_TOO_LARGE)
+                continue
+            accepted[(topic, partition)] = OffsetEntry(offset, epoch if epoch is not None else -1, metadata or "",
+                                                       ts if ts is not None and ts >= 0 else now)
+            results[(topic, partition)] = 0
+        if accepted:
+            try:
+                base = self.store.write_offsets(
+                    group_id, {k: OffsetValue(e.offset, e.leader_epoch, e.metadata, e.commit_timestamp)
+                               for k, e in accepted.items()}, producer=(producer_id, producer_epoch))
+                _number(accepted, base)
+            except Exception as exc:
+                code = E.COORDINATOR_NOT_AVAILABLE
+                name = type(exc).__name__
+                if name in ("InvalidProducerEpochError", "ProducerFencedError"):
+                    code = E.PRODUCER_FENCED  # an older epoch than the producer's last write here
+                elif name in ("MessageTooLargeError", "RecordListTooLargeError"):
+                    code = E.INVALID_COMMIT_OFFSET_SIZE
+                else:
+                    log.error("could not store transactional offsets of group %s: %s", group_id, exc)
+                return {k: (int(code) if k in accepted else v) for k, v in results.items()}
+            g.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        return results
+
+    def complete_txn(self, producer_id: int, commit: bool, offsets_partition: int | None = None,
+                     num_partitions: int | None = None) -> int:
+        """A COMMIT/ABORT marker of ``producer_id`` reached ``__consumer_offsets``
+        (partition ``offsets_partition``, None: any): its pending offsets of the groups
+        placed there become committed (unless a later regular commit of the same
+        partition was written after them) or are dropped. Returns how many were applied."""
+        from broker.coordinator.records import partition_for
+
+        applied = 0
+        for gid, g in list(self.groups.items()):
+            pending = g.pending_txn_offsets.get(producer_id)
+            if pending is None:
+                continue
+            if offsets_partition is not None and num_partitions and partition_for(gid, num_partitions) != offsets_partition:
+                continue
+            del g.pending_txn_offsets[producer_id]
+            if not commit:
+                continue
+            for k, e in pending.items():
+                cur = g.offsets.get(k)
+                if e is None:
+                    g.offsets.pop(k, None)
+                elif cur is None or cur.record_offset < e.record_offset or e.record_offset < 0:
+                    g.offsets[k] = e
+                    applied += 1
+        return applied
 
     def subscribed_topics(self, g: ClassicGroup) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), None if unknown."""
@@ -986,7 +1096,7 @@ class GroupCoordinator:
                     del g.offsets[k]
                 removed += len(expired)
                 log.info("removed %d expired offset(s) of group %s", len(expired), gid)
-            if not g.offsets and not g.pending_members:
+            if not g.offsets and not g.pending_members and not g.pending_txn_offsets:
                 try:
                     self.store.write_group(gid, None)
                 except Exception:
@@ -999,8 +1109,17 @@ class GroupCoordinator:
     def _persist_group(self, g: ClassicGroup) -> None:
         self.store.write_group(g.group_id, g.to_value(self._now()))
 
-    def load_offset(self, group_id: str, topic: str, partition: int, value: OffsetValue | None) -> None:
+    def load_offset(self, group_id: str, topic: str, partition: int, value: OffsetValue | None,
+                    record_offset: int = -1, producer_id: int | None = None) -> None:
+        """Replay one offset record; ``producer_id``: it came in a transactional batch
+        and waits for that producer's marker (:meth:`complete_txn`)."""
         g = self.groups.get(group_id)
+        if producer_id is not None:
+            if g is None:
+                g = self.groups[group_id] = ClassicGroup(group_id, self._now())
+            g.pending_txn_offsets.setdefault(producer_id, {})[(topic, partition)] = None if value is None else \
+                OffsetEntry(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, record_offset)
+            return
         if value is None:
             if g is not None:
                 g.offsets.pop((topic, partition), None)
@@ -1008,7 +1127,7 @@ class GroupCoordinator:
         if g is None:
             g = self.groups[group_id] = ClassicGroup(group_id, self._now())
         g.offsets[(topic, partition)] = OffsetEntry(value.offset, value.leader_epoch, value.metadata,
-                                                    value.commit_timestamp)
+                                                    value.commit_timestamp, record_offset)
 
     def load_group(self, group_id: str, value: GroupValue | None) -> None:
         """Replay of a GroupMetadata record: generation, protocol and (for static

@@ -2,6 +2,13 @@
 
 from broker.handlers import (  # noqa: F401
     acls,
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    describe_producers,
+    describe_transactions,
+    end_txn,
+    list_transactions,
+    txn_offset_commit,
     alter_configs,
     api_versions,
     create_partitions,

@@ -8,6 +8,12 @@ Byte limits follow Kafka's ReplicaManager: v0-v2 have a hard per-partition limit
 batch larger than it is cut, the client sees a partial batch); v3+ return at least one
 whole batch for the first partition that has data, then respect ``max_bytes``.
 
+Transactions (v4+): every answer carries the partition's last stable offset (the first
+offset of its oldest ongoing transaction, else the high watermark). A read_committed
+fetch (``isolation_level`` 1) reads nothing at or past it and gets the aborted
+transactions overlapping what it may read, from the ``.txnindex`` files, so the client
+drops their records; read_uncommitted gets null there, as from Kafka.
+
 Long polling: when fewer than ``min_bytes`` are available and nothing failed, the
 request is parked until an append to one of its partitions or ``max_wait_ms``.
 Fetch sessions (KIP-227) are not kept: every response says session id 0, which tells
@@ -32,6 +38,7 @@ log = logging.getLogger("chronolog.fetch")
 
 PartitionData = FetchResponse.PartitionData
 TopicResponse = FetchResponse.FetchableTopicResponse
+AbortedTransaction = FetchResponse.AbortedTransaction
 _INT_MAX = 2**31 - 1
 
 
@@ -58,6 +65,7 @@ def _read_all(ctx, version, request, denied=frozenset()):
     total = 0
     had_error = False
     down_magic = 0 if version <= 1 else (1 if version <= 3 else None)
+    committed = version >= 4 and getattr(request, "isolation_level", 0) == 1
     topics_out = []
     for t in request.topics:
         parts = []
@@ -73,8 +81,10 @@ def _read_all(ctx, version, request, denied=frozenset()):
                 had_error = True
                 continue
             max_bytes = min(p.partition_max_bytes, limit_bytes) if not hard_limit else p.partition_max_bytes
+            stable = plog.last_stable_offset
             try:
-                data = plog.read(p.fetch_offset, max(0, max_bytes), min_one_message=min_one)
+                data = plog.read(p.fetch_offset, max(0, max_bytes), min_one_message=min_one,
+                                 max_offset=stable if committed else None)
             except se.StorageError as exc:
                 code = error_code_for(exc)
                 hw = plog.high_watermark
@@ -125,14 +135,19 @@ def _read_all(ctx, version, request, denied=frozenset()):
                 min_one = False
                 limit_bytes = max(0, limit_bytes - size)
                 total += size
+            aborted = None
+            if committed:
+                aborted = [] if not size else [
+                    AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in plog.collect_aborted_txns(p.fetch_offset, stable)]
             parts.append(
                 PartitionData(
                     partition_index=index,
                     error_code=0,
                     high_watermark=data.high_watermark,
-                    last_stable_offset=data.high_watermark,
+                    last_stable_offset=stable if version >= 4 else data.high_watermark,
                     log_start_offset=data.log_start_offset,
-                    aborted_transactions=None,
+                    aborted_transactions=aborted,
                     preferred_read_replica=-1,
                     records=records,
                 )

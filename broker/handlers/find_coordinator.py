@@ -1,13 +1,13 @@
-"""FindCoordinator (key 10), v0-4: this broker is the coordinator of every group.
+"""FindCoordinator (key 10), v0-4: this broker coordinates every group and every
+transactional id.
 
-Key type 0 (group) answers this broker's node id and advertised host/port (v4: one
-entry per key of ``coordinator_keys``). Key type 1 (transaction) answers
-COORDINATOR_NOT_AVAILABLE: there is no transaction coordinator, so transactional
-producers keep retrying as they would against a Kafka whose coordinator is loading.
-Any other key type (2 = share groups) answers INVALID_REQUEST, as KafkaApis.getCoordinator
-does for FindCoordinator below v6. The group coordinator is loaded (``__consumer_offsets``
-replayed) before the listener opens; before that the answer would be
-COORDINATOR_NOT_AVAILABLE.
+Key type 0 (group) and 1 (transaction) answer this broker's node id and the host/port
+of the listener the client came through (v4: one entry per key of
+``coordinator_keys``), after DESCRIBE on the group / transactional id. Any other key
+type (2 = share groups) answers INVALID_REQUEST, as KafkaApis.getCoordinator does for
+FindCoordinator below v6. Both coordinators are loaded (``__consumer_offsets`` and
+``__transaction_state`` replayed) before the listener opens; before that the answer
+would be COORDINATOR_NOT_AVAILABLE.
 """
 
 from protocol.errors import ErrorCode
@@ -15,22 +15,18 @@ from protocol.messages import FindCoordinatorResponse
 
 from broker.security import authorizer as A
 
-_NO_TXN = "Chronolog has no transaction coordinator"
-
-
 def _answer(ctx, key: str, key_type: int, session=None):
     """(error_code, error_message, node_id, host, port)"""
     if key_type == 0 and not ctx.authorize(session, A.DESCRIBE, A.GROUP, key, "FindCoordinator"):
         return int(ErrorCode.GROUP_AUTHORIZATION_FAILED), None, -1, "", -1
     if key_type == 1 and not ctx.authorize(session, A.DESCRIBE, A.TRANSACTIONAL_ID, key, "FindCoordinator"):
         return int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), None, -1, "", -1
-    if key_type == 0:
-        if getattr(ctx, "group_coordinator", None) is None:
-            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), "the group coordinator is not loaded", -1, "", -1
+    if key_type in (0, 1):
+        if (ctx.group_coordinator if key_type == 0 else ctx.txn_coordinator) is None:
+            what = "group" if key_type == 0 else "transaction"
+            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), f"the {what} coordinator is not loaded", -1, "", -1
         host, port = ctx.endpoint(session)  # the listener the client came through
         return 0, None, ctx.node_id, host, port
-    if key_type == 1:
-        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE), _NO_TXN, -1, "", -1
     return int(ErrorCode.INVALID_REQUEST), f"unknown coordinator key type {key_type}", -1, "", -1
 
 

@@ -1,17 +1,17 @@
-"""InitProducerId (key 22), v0-4, for idempotent producers without transactions.
+"""InitProducerId (key 22), v0-4: producer ids for idempotent and transactional producers.
 
-kafka-python 3 and Kafka 3.0+ clients enable idempotence by default, so a broker that
-stock clients use must hand out producer ids. Ids come from ``ProducerIdManager``
-(unique across restarts).
+Without a transactional id (KafkaApis / TransactionCoordinator.handleInitProducerId for
+null): the request is "blindly accepted" and always answered with a new producer id and
+epoch 0, also when it names its current producer id and epoch (KIP-360, v3+; librdkafka
+does so to bump its epoch, the Java client bumps idempotent epochs locally). Ids come
+from ``ProducerIdManager`` (unique across restarts).
 
-As Kafka's TransactionCoordinator.handleInitProducerId for a null transactional id: the
-request is "blindly accepted" and always answered with a new producer id and epoch 0,
-also when it names its current producer id and epoch (KIP-360, v3+; librdkafka does so
-to bump its epoch, the Java client bumps idempotent epochs locally).  A request naming
-only one of producer id / epoch is INVALID_REQUEST (KafkaApis.handleInitProducerIdRequest).
-Sequence numbers are checked per partition by storage.producer_state (duplicates
-answered with the original offsets).  Transactional ids are refused (no transaction
-coordinator).
+With a transactional id (WRITE on it): the transaction coordinator
+(:mod:`broker.coordinator.transaction`) bumps the id's epoch, fencing older producers;
+a transaction left open is aborted first (CONCURRENT_TRANSACTIONS: the client retries);
+v3+ may name the producer id and epoch a recovering client had (KIP-360);
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH below v4. A request naming only one of
+producer id / epoch is INVALID_REQUEST (KafkaApis.handleInitProducerIdRequest).
 """
 
 from __future__ import annotations
@@ -71,17 +71,23 @@ def handle(ctx, header, request, session=None):
         # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
         return InitProducerIdResponse(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                                       producer_id=-1, producer_epoch=-1)
-    if request.transactional_id is not None:
-        log.info("refused InitProducerId for transactional id %r: transactions are not supported", request.transactional_id)
-        return InitProducerIdResponse(
-            throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1
-        )
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):
         return InitProducerIdResponse(
             throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), producer_id=-1, producer_epoch=-1
         )
+    if request.transactional_id is not None:
+        coord = ctx.txn_coordinator
+        if coord is None:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                                          producer_id=-1, producer_epoch=-1)
+        code, new_pid, new_epoch = coord.init_producer_id(request.transactional_id, request.transaction_timeout_ms,
+                                                          None if pid == -1 else (pid, epoch))
+        if header.api_version < 4 and code == ErrorCode.PRODUCER_FENCED:
+            code = int(ErrorCode.INVALID_PRODUCER_EPOCH)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=new_pid,
+                                      producer_epoch=new_epoch)
     return InitProducerIdResponse(
         throttle_time_ms=0, error_code=0, producer_id=ctx.producer_ids.allocate(), producer_epoch=0
     )

@@ -77,8 +77,10 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
     need = _MIN_VERSION.get(ts)
     if need is not None and version < need:
         return _resp(index, ErrorCode.UNSUPPORTED_VERSION)
+    # read_committed (isolation level 1) sees the log up to the last stable offset
+    fetchable = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
     if ts == LATEST:
-        return _resp(index, 0, plog.high_watermark, -1)
+        return _resp(index, 0, fetchable, -1)
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return _resp(index, 0, plog.log_start_offset, -1)
     if ts == MAX_TIMESTAMP:
@@ -100,7 +102,7 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
         return _read_failed(plog, index, exc)
     if metrics is not None:  # time-index lookups: count and latency
         metrics.time_index_lookup(perf_counter() - started)
-    if found is None:
+    if found is None or found[0] >= fetchable:
         return _resp(index, 0, -1, -1)
     return _resp(index, 0, found[0], found[1])
 

@@ -12,8 +12,11 @@ DUPLICATE_SEQUENCE_NUMBER case never reaches the client).  Sequence gaps answer
 OUT_OF_ORDER_SEQUENCE_NUMBER, old epochs INVALID_PRODUCER_EPOCH (storage exceptions
 mapped by broker.errors).  Transactional batches: without a transactional id the whole
 request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis.handleProduceRequest);
-with one, each partition answers INVALID_TXN_STATE (no transaction coordinator here, so
-no transaction can be ongoing).
+with one, the transaction coordinator must have the partition in that producer's
+ongoing transaction (KIP-890 verification, ``transaction.partition.verification.enable``):
+a partition not added answers INVALID_TXN_STATE, a fenced epoch INVALID_PRODUCER_EPOCH,
+a producer id the transactional id does not hold INVALID_PRODUCER_ID_MAPPING, a
+transaction being completed CONCURRENT_TRANSACTIONS. Nothing is appended then.
 
 Validation (``storage.validator``) walks every record; a compressed batch is walked as
 it decompresses.  The first ``SYNC_DECOMPRESS_BUDGET`` bytes of decompressed output per
@@ -103,6 +106,8 @@ def handle(ctx, header, request, session=None):
     items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
              for t in request.topic_data for p in t.partition_data]
     results: list = []
+    if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
+        items = [(t, p, _verified(ctx, txn_id, t, p, r)) for t, p, r in items]
     for i, (topic, partition, records) in enumerate(items):
         r = _append_one(ctx, lm, version, topic, partition, records)
         if isinstance(r, _Deferred):
@@ -183,7 +188,39 @@ _DENIED = object()
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
+#: the coordinator's verification answers as a produce answers them (AddPartitionsToTxnManager)
+_VERIFY_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+                  ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE}
+
+
+def _verified(ctx, txn_id, topic, partition, records):
+    """``records``, or the error answer of a transactional batch whose partition is not
+    in its producer's ongoing transaction (KIP-890 part 1)."""
+    if records is _DENIED or records is None or len(records) < rec.HEADER_SIZE or rec.magic_of(records, 0) != 2:
+        return records
+    try:
+        h = rec.parse_batch_header(records, 0)
+    except rec.RecordFormatError:
+        return records  # the validator names the problem
+    if not h.is_transactional or h.is_control:
+        return records
+    coord = ctx.txn_coordinator
+    if coord is None:
+        return _error(partition, ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not loaded")
+    code = coord.verify_partitions(txn_id, h.producer_id, h.producer_epoch, [(topic, partition)])[(topic, partition)]
+    if not code:
+        return records
+    code = _VERIFY_ERRORS.get(ErrorCode(code), ErrorCode(code))
+    log.info("refused transactional produce of producer %d (epoch %d, transactional id %r) to %s-%d: %s",
+             h.producer_id, h.producer_epoch, txn_id, topic, partition, code.name)
+    return _error(partition, code, f"partition {topic}-{partition} is not part of the ongoing transaction of "
+                                   f"{txn_id!r} (producer {h.producer_id}, epoch {h.producer_epoch})"
+                  if code == ErrorCode.INVALID_TXN_STATE else None)
+
+
 def _append_one(ctx, lm, version, topic, partition, records):
+    if isinstance(records, PartitionResponse):  # refused before the append (_verified)
+        return records
     if records is _DENIED:
         return _error(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if topic in INTERNAL_TOPICS:

@@ -322,9 +322,17 @@ def test_find_coordinator_names_this_broker(gbroker):
         host, pos = _read_str(body, pos + 4)
         (port,) = struct.unpack_from(">i", body, pos)
         assert (err, node, host, port) == (0, 0, "127.0.0.1", gbroker.port)
-        # key type 1 (transaction): no transaction coordinator
+        # key type 1 (transaction): this broker too
         body = conn.request(10, 1, _kstring("txn") + b"\x01", 2)
-        assert struct.unpack_from(">ih", body, 0)[1] == 15  # COORDINATOR_NOT_AVAILABLE
+        throttle, err = struct.unpack_from(">ih", body, 0)
+        msg, pos = _read_str(body, 6)
+        (node,) = struct.unpack_from(">i", body, pos)
+        host, pos = _read_str(body, pos + 4)
+        (port,) = struct.unpack_from(">i", body, pos)
+        assert (err, node, host, port) == (0, 0, "127.0.0.1", gbroker.port)
+        # key type 2 (share group) below v6: INVALID_REQUEST
+        body = conn.request(10, 1, _kstring("share") + b"\x02", 3)
+        assert struct.unpack_from(">ih", body, 0)[1] == 42
 
 
 def test_raw_join_member_id_required_and_heartbeat_errors(gbroker):

@@ -13,6 +13,7 @@ from protocol.messages import InitProducerIdRequest, ProduceRequest, RequestHead
 from tests.integration.helpers import RawConn, create_topic, end_offset, now_ms, unique_topic
 
 NONE, OUT_OF_ORDER, INVALID_EPOCH, INVALID_TXN_STATE, TXN_ID_AUTH, INVALID_REQUEST = 0, 45, 47, 48, 53, 42
+INVALID_PRODUCER_ID_MAPPING = 49
 
 
 def _request(api_key, version, cid, body) -> bytes:
@@ -189,12 +190,26 @@ def test_epoch_fencing(broker, new_topic):
 
 
 def test_transactional_batches(broker, new_topic):
+    """Transactional batches need a transactional id that holds the producer id and a
+    partition added to its transaction (KIP-890 verification); nothing is appended
+    otherwise."""
     topic = new_topic()
     with RawConn(broker.port) as c:
         _err, pid, epoch = init_producer_id(c, 1)
         assert produce_raw(c, topic, pbatch(pid, epoch, 0, txn=True), 2)[:2] == (TXN_ID_AUTH, -1)
+        # an idempotent producer id is not the transactional id's
         assert produce_raw(c, topic, pbatch(pid, epoch, 0, txn=True), 3,
-                           transactional_id="tx")[:2] == (INVALID_TXN_STATE, -1)
+                           transactional_id="tx-unknown")[:2] == (INVALID_PRODUCER_ID_MAPPING, -1)
+        err, tpid, tepoch = init_producer_id(c, 4, transactional_id="tx-batches")
+        assert err == NONE and tpid >= 0 and tepoch == 0
+        # the partition was never added to a transaction
+        assert produce_raw(c, topic, pbatch(tpid, tepoch, 0, txn=True), 5,
+                           transactional_id="tx-batches")[:2] == (INVALID_TXN_STATE, -1)
+        # an older epoch of the transactional id's producer
+        err, _pid, tepoch2 = init_producer_id(c, 6, transactional_id="tx-batches")
+        assert err == NONE and tepoch2 == tepoch + 1
+        assert produce_raw(c, topic, pbatch(tpid, tepoch, 0, txn=True), 7,
+                           transactional_id="tx-batches")[:2] == (INVALID_EPOCH, -1)
     assert end_offset(broker.bootstrap, topic) == 0
 
 

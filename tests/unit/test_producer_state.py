@@ -155,8 +155,9 @@ def test_sequence_wraps_around_at_int32_max(tmp_path):
     assert log2.append(pbatch(0, n=1)).base_offset == 2
 
 
-def test_transactional_batches_are_refused(tmp_path):
+def test_transactional_batches_are_refused_without_a_coordinator(tmp_path):
     log = new_log(tmp_path)
+    log.producer_state.transactions_enabled = False
     with pytest.raises(E.InvalidTxnStateError):
         log.append(pbatch(0, txn=True))
     assert log.log_end_offset == 0
