@@ -48,6 +48,11 @@ bench: $(STAMP)
 bench-tls: $(STAMP)
 	$(PY) bench/tls.py $(ARGS)
 
+# Transactions: transactional against plain produce, read_committed against read_uncommitted (bench/README.md)
+.PHONY: bench-transactions
+bench-transactions: $(STAMP)
+	$(PY) bench/transactions.py $(ARGS)
+
 # Log lifecycle: clean restart, unclean recovery, ListOffsets-by-time latency (bench/README.md)
 .PHONY: bench-lifecycle
 bench-lifecycle: $(STAMP)

@@ -274,11 +274,11 @@ def _register_dump_log(sub) -> None:
 
 
 def _register_tools(sub) -> None:
-    """get-offsets, topics, configs, consumer-groups: broker.tools (client side; they
-    import the codec only when run)."""
-    from broker.tools import acls, configs, consumer_groups, get_offsets, topics
+    """get-offsets, topics, configs, consumer-groups, acls, transactions: broker.tools
+    (client side; they import the codec only when run)."""
+    from broker.tools import acls, configs, consumer_groups, get_offsets, topics, transactions
 
-    for module in (get_offsets, topics, configs, consumer_groups, acls):
+    for module in (get_offsets, topics, configs, consumer_groups, acls, transactions):
         module.register(sub)
 
 

@@ -47,6 +47,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     24: (0, 5, handlers.add_partitions_to_txn.handle),
     25: (0, 4, handlers.add_offsets_to_txn.handle),
     26: (0, 4, handlers.end_txn.handle),
+    27: (0, 1, handlers.write_txn_markers.handle),
     28: (0, 4, handlers.txn_offset_commit.handle),
     61: (0, 0, handlers.describe_producers.handle),
     65: (0, 0, handlers.describe_transactions.handle),

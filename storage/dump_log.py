@@ -80,6 +80,14 @@ creates, resizes or writes anything.  Output per file, in Kafka's words:
     files are still dumped.  The base offset is not taken from the file name, and
     the dump options do not apply.
 
+``.txnindex``
+    A segment's aborted transactions (:mod:`storage.transaction_index`), one line per
+    entry as Kafka's ``dumpTxnIndex``::
+
+        version: 0 producerId: 7 firstOffset: 10 lastOffset: 14 lastStableOffset: 10
+
+    The file is only read (a torn last entry is reported on stderr, not cut off).
+
 ``--verify-index-only``: index entries are checked but not printed (only the problems).
 ``--index-sanity-check``: only the sanity check Chronolog itself runs on startup
 (:meth:`OffsetIndex.sanity_check` / :meth:`TimeIndex.sanity_check` with ``full=True``
@@ -690,6 +698,24 @@ def dump_producer_snapshot_file(path: str, out: TextIO, err: TextIO, options: Du
                   f"(Chronolog's broker would not load this snapshot)\n")
 
 
+def dump_txn_index_file(path: str, out: TextIO, err: TextIO, options: DumpOptions, report: DumpReport) -> None:
+    """Print a ``.txnindex``'s entries (read-only: a torn tail is reported, not cut)."""
+    from storage.transaction_index import _ENTRY, ENTRY_SIZE, VERSION
+
+    data = _read_bytes(path)
+    whole = len(data) - len(data) % ENTRY_SIZE
+    for pos in range(0, whole, ENTRY_SIZE):
+        version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
+        if version > VERSION:
+            err.write(f"{path}: unexpected aborted transaction version {version} at byte {pos}\n")
+            return
+        out.write(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+                  f"lastStableOffset: {lso}\n")
+    if whole != len(data):
+        err.write(f"Found {len(data) - whole} bytes after the last aborted transaction of {path} (a torn append; "
+                  f"the broker drops them at start)\n")
+
+
 class _AfterOut:
     """The error stream, flushing the output stream before each write so that a
     terminal (or a 2>&1 pipe) shows the two in the order they were written."""
@@ -711,6 +737,7 @@ _DUMPERS = {
     INDEX_SUFFIX: dump_index_file,
     TIME_INDEX_SUFFIX: dump_time_index_file,
     SNAPSHOT_SUFFIX: dump_producer_snapshot_file,
+    ".txnindex": dump_txn_index_file,
 }
 
 

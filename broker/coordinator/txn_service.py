@@ -16,23 +16,29 @@ from broker.coordinator.txn_store import TransactionStateStore, replay
 log = logging.getLogger("chronolog.coordinator.txn")
 
 
+def write_marker(ctx, topic, partition, producer_id, producer_epoch, commit, coordinator_epoch):
+    """One COMMIT/ABORT marker in one partition (the coordinator's, and WriteTxnMarkers');
+    raises the storage errors of ``Log.append_end_txn_marker`` (unknown partition, an
+    older producer or coordinator epoch). Parked fetches of the partition wake up (the
+    last stable offset may have moved) and a marker in ``__consumer_offsets`` commits or
+    drops the producer's pending transactional offsets."""
+    lm = ctx.log_manager
+    lm.get_log(topic, partition).append_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+    ctx.notify_append(topic, partition)
+    if topic == OFFSETS_TOPIC and ctx.group_coordinator is not None:
+        info = lm.get_topic(OFFSETS_TOPIC)
+        ctx.group_coordinator.complete_txn(producer_id, commit, partition,
+                                           info.num_partitions if info is not None else None)
+
+
 def start_transaction_coordinator(ctx) -> TransactionCoordinator:
     cfg = ctx.config
     lm = ctx.log_manager
     store = TransactionStateStore(lm, ctx.clock, int(cfg.transaction_state_log_num_partitions),
                                   int(cfg.transaction_state_log_segment_bytes))
-
-    def write_marker(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch):
-        plog = lm.get_log(topic, partition)
-        plog.append_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch)
-        ctx.notify_append(topic, partition)
-        if topic == OFFSETS_TOPIC and ctx.group_coordinator is not None:
-            info = lm.get_topic(OFFSETS_TOPIC)
-            ctx.group_coordinator.complete_txn(producer_id, commit, partition,
-                                               info.num_partitions if info is not None else None)
-
     coord = TransactionCoordinator(
-        clock=ctx.clock, store=store, allocate_producer_id=ctx.producer_ids.allocate, write_marker=write_marker,
+        clock=ctx.clock, store=store, allocate_producer_id=ctx.producer_ids.allocate,
+        write_marker=lambda *a: write_marker(ctx, *a),
         max_timeout_ms=int(cfg.transaction_max_timeout_ms),
         id_expiration_ms=int(cfg.transactional_id_expiration_ms))
     started = time.perf_counter()

@@ -9,6 +9,7 @@ from broker.handlers import (  # noqa: F401
     end_txn,
     list_transactions,
     txn_offset_commit,
+    write_txn_markers,
     alter_configs,
     api_versions,
     create_partitions,

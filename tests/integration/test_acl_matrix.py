@@ -146,6 +146,41 @@ def _cases(topic, doomed, group, new_topic):
         ("InitProducerId (transactional)", 22, 4, T.InitProducerIdRequest(
             transactional_id="tx-matrix", transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1),
          lambda r: r.error_code, [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "WRITE")], ANY_ALLOWED)]),
+        ("AddPartitionsToTxn", 24, 3, T.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="tx-matrix", v3_and_below_producer_id=0, v3_and_below_producer_epoch=0,
+            v3_and_below_topics=[T.AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])]),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+         [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "WRITE")], TOPIC_DENIED),
+          ([("topic", topic, "WRITE")], ANY_ALLOWED)]),
+        ("AddPartitionsToTxn v4 (broker to broker)", 24, 4, T.AddPartitionsToTxnRequest(transactions=[]),
+         lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "CLUSTER_ACTION")], 0)]),
+        ("AddOffsetsToTxn", 25, 3, T.AddOffsetsToTxnRequest(transactional_id="tx-matrix", producer_id=0,
+                                                            producer_epoch=0, group_id=group),
+         lambda r: r.error_code,
+         [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "WRITE")], GROUP_DENIED),
+          ([("group", group, "READ")], ANY_ALLOWED)]),
+        ("EndTxn", 26, 3, T.EndTxnRequest(transactional_id="tx-matrix", producer_id=0, producer_epoch=0,
+                                          committed=True),
+         lambda r: r.error_code, [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "WRITE")], ANY_ALLOWED)]),
+        ("TxnOffsetCommit", 28, 3, T.TxnOffsetCommitRequest(
+            transactional_id="tx-matrix", group_id=group, producer_id=0, producer_epoch=0, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[T.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name=topic, partitions=[T.TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata="")])]),
+         lambda r: r.topics[0].partitions[0].error_code,
+         [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "WRITE")], GROUP_DENIED),
+          ([("group", group, "READ")], TOPIC_DENIED), ([("topic", topic, "READ")], ANY_ALLOWED)]),
+        ("DescribeTransactions", 65, 0, T.DescribeTransactionsRequest(transactional_ids=["tx-matrix"]),
+         lambda r: r.transaction_states[0].error_code,
+         [([], TXN_DENIED), ([("transactional_id", "tx-matrix", "DESCRIBE")], ANY_ALLOWED)]),
+        ("DescribeProducers", 61, 0, T.DescribeProducersRequest(topics=[
+            T.DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])]),
+         lambda r: r.topics[0].partitions[0].error_code, [([], TOPIC_DENIED), ([("topic", topic, "READ")], 0)]),
+        ("WriteTxnMarkers", 27, 1, T.WriteTxnMarkersRequest(markers=[T.WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=999999, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=[T.WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]),
+         lambda r: r.markers[0].topics[0].partitions[0].error_code,
+         [([], CLUSTER_DENIED), ([(*c, "CLUSTER_ACTION")], 0)]),
         ("DescribeConfigs (topic)", 32, 4, T.DescribeConfigsRequest(resources=[
             T.DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=topic, configuration_keys=None)]),
          lambda r: r.results[0].error_code,

@@ -372,3 +372,35 @@ def test_stream_write(spark, broker, new_topic, tmp_path):
     assert q.exception() is None
     got = helpers.consume_kp(broker.bootstrap, dst, 8)
     assert [(g.key, g.value) for g in got] == [(b"s-key-%d" % i, b"S-VALUE-%d" % i) for i in range(8)]
+
+
+def test_read_committed_against_a_real_transactional_producer(spark, broker, new_topic):
+    """kafka.isolation.level=read_committed: aborted records are left out and the read
+    ends at the last stable offset (an open transaction's records are not read);
+    read_uncommitted reads everything up to the high watermark."""
+    from confluent_kafka import Producer
+
+    t = new_topic(partitions=2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": t + "-tx"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(t, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(4):
+        p.produce(t, value=b"a%d" % i, partition=i % 2)
+    p.flush(10)  # written, then aborted (abort_transaction purges what is still queued)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(t, value=b"c-late", partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(t, value=b"open", partition=1)
+    p.flush(10)
+    rc = read(spark, broker.bootstrap, subscribe=t, **{"kafka.isolation.level": "read_committed"})
+    assert sorted(bytes(r.value) for r in rc.collect()) == sorted([b"c%d" % i for i in range(6)] + [b"c-late"])
+    ru = read(spark, broker.bootstrap, subscribe=t)
+    assert sorted(bytes(r.value) for r in ru.collect()) == sorted(
+        [b"c%d" % i for i in range(6)] + [b"a%d" % i for i in range(4)] + [b"c-late", b"open"])
+    p.abort_transaction(30)

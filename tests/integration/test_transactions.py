@@ -338,3 +338,59 @@ def test_bad_transactional_requests_get_kafkas_errors(broker, new_topic):
             topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=[0])])]))
     [res] = r.results_by_transaction
     assert res.topic_results[0].results_by_partition[0].partition_error_code == 120  # TRANSACTION_ABORTABLE
+
+
+def test_transactions_tool_lists_describes_finds_and_aborts_a_hanging_transaction(broker_factory):
+    """A hanging transaction (an open transaction in a partition its coordinator does not
+    know; possible when produce verification is off, as before KIP-890) holds the LSO
+    back until ``chronolog transactions abort`` ends it."""
+    from protocol import records as R
+    from protocol.messages import ProduceRequest
+    from tests.integration.test_cli_tools import fails, ok, tool
+
+    b = broker_factory({**FAST, "transaction.partition.verification.enable": "false"})
+    topic = create_topic(b.bootstrap, unique_topic("hanging"))
+    p = _producer(b.bootstrap, "tool-tx")
+    p.begin_transaction()
+    p.produce(topic, value=b"open")
+    p.flush(10)
+    lines = ok(tool("transactions", "--bootstrap-server", b.bootstrap, "list"))
+    assert lines[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert any(line.split()[0] == "tool-tx" and line.split()[3] == "Ongoing" for line in lines[1:])
+    lines = ok(tool("transactions", "--bootstrap-server", b.bootstrap, "describe", "--transactional-id", "tool-tx"))
+    row = lines[1].split()
+    assert row[1] == "tool-tx" and row[4] == "Ongoing" and row[-1] == f"{topic}-0"
+    p.commit_transaction(30)
+    fails(tool("transactions", "--bootstrap-server", b.bootstrap, "describe", "--transactional-id", "nope"), 1,
+          "TRANSACTIONAL_ID_NOT_FOUND")
+    # a transactional batch written without AddPartitionsToTxn: hanging
+    init = _call(b.port, 22, 4, InitProducerIdRequest(transactional_id="hang", transaction_timeout_ms=60_000,
+                                                      producer_id=-1, producer_epoch=-1))
+    batch = R.build_batch([(int(time.time() * 1000) - 3_600_000, None, b"hanging")], producer_id=init.producer_id,
+                          producer_epoch=init.producer_epoch, base_sequence=0, is_transactional=True)
+    resp = _call(b.port, 0, 8, ProduceRequest(transactional_id="hang", acks=-1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=batch)])]))
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    hang_offset = resp.responses[0].partition_responses[0].base_offset
+    lines = ok(tool("transactions", "--bootstrap-server", b.bootstrap, "describe-producers", "--topic", topic,
+                    "--partition", "0"))
+    assert [ln.split()[0] for ln in lines[1:]] == sorted([str(init.producer_id), row[2]], key=int)
+    lines = ok(tool("transactions", "--bootstrap-server", b.bootstrap, "find-hanging", "--broker-id", "0",
+                    "--max-transaction-timeout", "1"))
+    assert [ln.split()[:3] for ln in lines[1:]] == [[topic, "0", str(init.producer_id)]]
+    assert lines[1].split()[5] == str(hang_offset)
+    assert _read(b.bootstrap, topic, "read_committed") == [b"open"]  # held back by the LSO
+    out = ok(tool("transactions", "--bootstrap-server", b.bootstrap, "abort", "--topic", topic, "--partition", "0",
+                  "--start-offset", str(hang_offset)))
+    assert "Aborted" in out[0]
+    assert ok(tool("transactions", "--bootstrap-server", b.bootstrap, "find-hanging", "--broker-id", "0",
+                   "--max-transaction-timeout", "1"))[1:] == []
+    fails(tool("transactions", "--bootstrap-server", b.bootstrap, "abort", "--topic", topic, "--partition", "0",
+               "--start-offset", str(hang_offset)), 1, "no open transaction starts at offset")
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    kc = KafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed")
+    assert kc.end_offsets([KTP(topic, 0)])[KTP(topic, 0)] == hang_offset + 2
+    kc.close()

@@ -585,3 +585,22 @@ def test_cli_usage_errors():
     assert p.returncode == 2 and "--files" in p.stderr
     p = _cli("--files", ",")
     assert p.returncode == 2
+
+
+def test_txnindex_is_printed_as_kafka_prints_it_and_left_untouched(tmp_path):
+    from storage.transaction_index import AbortedTxn, TransactionIndex
+
+    path = tmp_path / "00000000000000000010.txnindex"
+    idx = TransactionIndex(str(path), 10)
+    idx.append(AbortedTxn(7, 10, 14, 10))
+    idx.append(AbortedTxn(9, 12, 20, 15))
+    with open(path, "ab") as fh:
+        fh.write(b"\x00\x00\x01")  # a torn third entry
+    size = path.stat().st_size
+    out, err = io.StringIO(), io.StringIO()
+    assert D.dump_files([str(path)], out, err) == 0
+    assert out.getvalue().splitlines()[1:] == [
+        "version: 0 producerId: 7 firstOffset: 10 lastOffset: 14 lastStableOffset: 10",
+        "version: 0 producerId: 9 firstOffset: 12 lastOffset: 20 lastStableOffset: 15"]
+    assert "Found 3 bytes after the last aborted transaction" in err.getvalue()
+    assert path.stat().st_size == size
