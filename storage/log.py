@@ -409,9 +409,11 @@ class Log:
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest ongoing transaction, else the high watermark:
-        what read_committed consumers may read up to."""
+        what read_committed consumers may read up to. Retention or DeleteRecords may move
+        the log start past an open transaction's first offset: then the log start
+        (UnifiedLog.maybeIncrementFirstUnstableOffset)."""
         first = self._producer_state.first_unstable_offset()
-        return self._hw if first is None else min(first, self._hw)
+        return self._hw if first is None else min(max(first, self._log_start_offset), self._hw)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[fetch_offset, upper_bound)``, from the

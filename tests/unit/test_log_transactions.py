@@ -121,3 +121,16 @@ def test_markers_of_a_log_append_time_topic_are_stamped(tmp_path):
     (pos, h), = [(p, h) for p, h in log.segments[0].iter_batch_headers(0) if h.is_control]
     assert h.timestamp_type == 1 and h.max_timestamp == NOW + 5
     assert R.verify_crc(log.segments[0].read_bytes(pos, h.batch_length + R.LOG_OVERHEAD), 0, h)
+
+
+def test_the_lso_never_falls_below_the_log_start(tmp_path):
+    """Kafka keeps an open transaction open when the log start passes its first offset
+    (DeleteRecords, retention): the last stable offset is then the log start."""
+    log = new_log(tmp_path)
+    log.append(txn_batch(1, 0))                       # 0-1 producer 1, open
+    log.append(R.build_batch([(NOW, None, b"x")] * 3))  # 2-4
+    assert log.last_stable_offset == 0
+    assert log.maybe_increment_log_start_offset(3)
+    assert log.last_stable_offset == 3
+    log.append_end_txn_marker(1, 0, True, 0)          # 5
+    assert log.last_stable_offset == 6 == log.log_end_offset
