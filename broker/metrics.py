@@ -478,17 +478,24 @@ class BrokerMetrics:
 def record_timestamp_at(plog, offset: int) -> int | None:
     """Timestamp of the record at ``offset`` (the first record at or after it), read
     through the log: the batch holding it, decoded only when the offset is not the
-    batch's first (LogAppendTime batches: the batch maxTimestamp). None when no record
-    or no timestamp."""
+    batch's first (LogAppendTime batches: the batch maxTimestamp). Transaction markers
+    are not records: a control batch is stepped over. None when no record or no
+    timestamp."""
     from protocol import records as rec
 
-    data = plog.read(offset, 1, min_one_message=True).records
-    if data is None or not len(data):
+    for _ in range(64):  # a run of markers (one per transaction) longer than this: no answer
+        data = plog.read(offset, 1, min_one_message=True).records
+        if data is None or not len(data):
+            return None
+        buf = data.read()
+        if len(buf) < _HEADER_SIZE:
+            return None
+        hdr = rec.parse_batch_header(buf, 0)
+        if not hdr.is_control:
+            break
+        offset = hdr.last_offset + 1
+    else:
         return None
-    buf = data.read()
-    if len(buf) < _HEADER_SIZE:
-        return None
-    hdr = rec.parse_batch_header(buf, 0)
     if hdr.attributes & rec.TIMESTAMP_TYPE_MASK:
         ts = hdr.max_timestamp
     elif offset <= hdr.base_offset:

@@ -228,7 +228,8 @@ def _offsets(client, parts, ts: int, leaders) -> dict[tuple[str, int], int]:
 def next_record_timestamps(client, positions: dict[tuple[str, int], int], leaders
                            ) -> dict[tuple[str, int], int]:
     """Timestamp of the first record at or after each offset (Fetch, isolation
-    read_uncommitted); partitions where no record is found are left out."""
+    read_uncommitted; transaction markers skipped); partitions where no record is found
+    are left out."""
     from protocol.errors import ErrorCode
     from protocol.messages import FetchRequest as Req
     from protocol.records import CorruptRecordError, InvalidRecordError, iter_batches, iter_records, magic_of
@@ -269,7 +270,7 @@ def next_record_timestamps(client, positions: dict[tuple[str, int], int], leader
                         if magic_of(buf, 0) != 2:
                             continue
                         for pos, h in iter_batches(buf):
-                            if h.last_offset < todo[tp]:
+                            if h.last_offset < todo[tp] or h.is_control:  # markers are not records
                                 continue
                             for rec in iter_records(buf, pos, h):
                                 if rec.offset >= todo[tp]:

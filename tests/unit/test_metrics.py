@@ -192,3 +192,17 @@ def test_dispatcher_without_metrics_is_untouched():
                         clock=None, node_id=0, host="h", port=1, cluster_id="c")
     assert ctx.metrics is None
     assert Dispatcher(ctx).metrics is None
+
+
+def test_record_timestamp_at_steps_over_transaction_markers(tmp_path):
+    from protocol import records as R
+
+    _clock, lm, _coord, _m = _state(tmp_path)
+    plog = lm.get_log("t", 0)
+    end = plog.log_end_offset
+    plog.append(bytearray(R.build_batch([(NOW - 500, None, b"t")], producer_id=77, producer_epoch=0,
+                                        base_sequence=0, is_transactional=True)), in_place=True)
+    plog.append_end_txn_marker(77, 0, True, 0, now_ms=NOW)  # at end + 1
+    assert record_timestamp_at(plog, end + 1) is None  # only a marker there: no record
+    plog.append(bytearray(R.build_batch([(NOW - 100, None, b"after")])), in_place=True)
+    assert record_timestamp_at(plog, end + 1) == NOW - 100
