@@ -394,3 +394,54 @@ def test_transactions_tool_lists_describes_finds_and_aborts_a_hanging_transactio
     kc = KafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed")
     assert kc.end_offsets([KTP(topic, 0)])[KTP(topic, 0)] == hang_offset + 2
     kc.close()
+
+
+def test_kafka_python_zombie_is_fenced(broker, new_topic):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    topic = new_topic()
+    tid = unique_topic("kp-zombie")
+    old = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    old.init_transactions()
+    old.begin_transaction()
+    old.send(topic, b"zombie-open")
+    old.flush()
+    new = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    new.init_transactions()  # aborts the open transaction and fences `old`
+    with pytest.raises(KafkaError):
+        old.send(topic, b"zombie-late")
+        old.commit_transaction()
+    old.close(timeout=5)
+    new.begin_transaction()
+    new.send(topic, b"fresh")
+    new.commit_transaction()
+    new.close()
+    assert _read(broker.bootstrap, topic, "read_committed") == [b"fresh"]
+    assert _read(broker.bootstrap, topic, "read_uncommitted") == [b"zombie-open", b"fresh"]
+
+
+def test_aiokafka_send_offsets_to_transaction(broker, new_topic):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer, TopicPartition as ATP
+
+    topic = new_topic()
+    group = unique_topic("aio-group")
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=unique_topic("aio-offsets"))
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send(topic, b"x")
+                await p.send_offsets_to_transaction({ATP(topic, 0): 5}, group)
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 5
+    finally:
+        c.close()
