@@ -1,8 +1,9 @@
-"""Build script for the one compiled piece: protocol/_recwalk.c, the record walker the
-produce path runs over every record (see protocol/record_walk.py).  Everything else is
-declared in pyproject.toml.  The extension is optional: without a C compiler the install
-still succeeds and protocol/record_walk.py falls back to its pure-Python reference (the
-broker logs a warning when it starts)."""
+"""Build script for the two compiled pieces: protocol/_recwalk.c, the record walker the
+produce path runs over every record (see protocol/record_walk.py), and storage/_cleaner.c,
+the log cleaner's key map and record loops (see storage/cleaner.py).  Everything else is
+declared in pyproject.toml.  Both extensions are optional: without a C compiler the
+install still succeeds and each falls back to its pure-Python reference (the broker logs
+a warning when it starts)."""
 
 from setuptools import Extension, setup
 
@@ -13,6 +14,12 @@ setup(
             sources=["protocol/_recwalk.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "storage._cleaner",
+            sources=["storage/_cleaner.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -36,6 +36,8 @@ class BrokerContext:
     scram_store: object = None
     # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
     authorizer: object = None
+    # storage.log_cleaner.LogCleaner (compaction of cleanup.policy=compact topics)
+    log_cleaner: object = None
     # worker threads for validation work too long for the event loop (created on first use)
     _offload_pool: object = None
 

@@ -471,8 +471,73 @@ class BrokerMetrics:
         self.registry.register(self.state_collector)
         return self.state_collector
 
+    def attach_cleaner(self, cleaner) -> "CleanerCollector":
+        collector = CleanerCollector(cleaner)
+        self.registry.register(collector)
+        return collector
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CleanerCollector:
+    """The log cleaner's state at scrape time: Kafka's LogCleaner and LogCleanerManager
+    gauges (max-buffer-utilization-percent, cleaner-recopy-percent, max-clean-time-secs,
+    max-compaction-delay-secs, DeadThreadCount, max-dirty-percent, time-since-last-run-ms,
+    uncleanable-partitions-count) under chronolog_log_cleaner_* names, plus totals."""
+
+    def __init__(self, cleaner) -> None:
+        self.cleaner = cleaner
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        c = self.cleaner
+        m = c.metrics
+        now_ms = c.clock.time_ms()
+        p = "chronolog_log_cleaner_"
+
+        def counter(name, doc, value):
+            fam = CounterMetricFamily(p + name, doc)
+            fam.add_metric([], value)
+            return fam
+
+        def gauge(name, doc, value):
+            fam = GaugeMetricFamily(p + name, doc)
+            fam.add_metric([], value)
+            return fam
+
+        uncleanable = GaugeMetricFamily(p + "uncleanable_partitions",
+                                        "Partitions the cleaner gave up on after an error, per log dir "
+                                        "(until restart)", labels=["log_dir"])
+        for d, n in sorted(c.uncleanable_partitions().items()):
+            uncleanable.add_metric([d], n)
+        return [
+            counter("runs", "Cleans swapped in", m.runs),
+            counter("failures", "Cleans that failed (the partition is then uncleanable)", m.failures),
+            counter("bytes_read", "Bytes of log read by the filter phase of cleans", m.bytes_read),
+            counter("bytes_written", "Bytes of cleaned segments written", m.bytes_written),
+            counter("records_read", "Records read by the filter phase of cleans", m.messages_read),
+            counter("records_written", "Records kept in cleaned segments", m.messages_written),
+            gauge("last_clean_timestamp_seconds", "Wall-clock time the last clean was swapped in (0: none)",
+                  m.last_clean_end_ms / 1000.0),
+            gauge("time_since_last_run_ms", "Milliseconds since the cleaner last looked for a log to clean",
+                  max(0, now_ms - m.time_of_last_run_ms) if m.time_of_last_run_ms else 0),
+            gauge("last_clean_seconds", "Duration of the last clean", m.last_clean_seconds),
+            gauge("max_clean_time_seconds", "Longest clean since start", m.max_clean_seconds),
+            gauge("max_buffer_utilization_percent", "How full the offset map was in the last clean",
+                  100.0 * m.last_buffer_utilization),
+            gauge("recopy_percent", "Bytes written / bytes read by the last clean, in percent",
+                  100.0 * m.last_recopy_ratio),
+            gauge("max_dirty_percent", "The highest dirty ratio among compacted logs at the last look, in percent",
+                  100.0 * m.max_dirty_ratio),
+            gauge("max_compaction_delay_seconds", "How far past max.compaction.lag.ms the most overdue log was "
+                  "at the last look", m.max_compaction_delay_ms / 1000.0),
+            gauge("dead_workers", "Cleaner worker processes that died", m.dead_workers),
+            gauge("worker_peak_rss_bytes", "Peak resident memory of a cleaner worker process", m.peak_rss_bytes),
+            uncleanable,
+        ]
 
 
 def record_timestamp_at(plog, offset: int) -> int | None:

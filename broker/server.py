@@ -23,6 +23,8 @@ log = logging.getLogger("chronolog.server")
 
 # how often files of deleted segments are checked against file.delete.delay.ms
 _DELETE_TICK_MS = 200
+# how often the log cleaner collects finished cleans and (after its backoff) starts new ones
+_CLEANER_TICK_MS = 100
 
 
 def _apply_dynamic_tls(listeners, static_cfg, effective_cfg) -> None:
@@ -119,6 +121,15 @@ class BrokerServer:
                 "transactional id expiration", cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
                 ctx.txn_coordinator.expire_transactional_ids)),
         ]
+        # log cleaner: compacts cleanup.policy=compact topics in worker processes; the
+        # swap of a finished clean runs here on the loop (storage.log_cleaner)
+        from storage.log_cleaner import LogCleaner
+
+        self.cleaner = LogCleaner(self.log_manager, cfg, self.clock)
+        ctx.log_cleaner = self.cleaner
+        if metrics is not None:
+            metrics.attach_cleaner(self.cleaner)
+        self._tasks.append(asyncio.ensure_future(self._periodic("log cleaner", _CLEANER_TICK_MS, self.cleaner.tick)))
         self.servers = []
         for lst in listeners:
             if lst.tls:  # handshakes run by TlsServer: failures logged, the current keystore used
@@ -170,11 +181,15 @@ class BrokerServer:
                                                  lm.checkpoint_log_start_offsets)),
         ]
         from protocol import record_walk
+        from storage import cleaner as _cleaner_mod
 
         if not record_walk.COMPILED:
             log.warning("the compiled record walker (protocol/_recwalk.c) is not built: every produced "
                         "record is checked in pure Python, ~250x slower; reinstall with a C compiler "
                         "(pip install .) to build it")
+        if not _cleaner_mod.COMPILED:
+            log.warning("the compiled log cleaner loops (storage/_cleaner.c) are not built: compaction runs "
+                        "in pure Python, far slower; reinstall with a C compiler (pip install .) to build them")
         log.info(
             "Chronolog listening on %s (node.id=%d, cluster.id=%s, log.dirs=%s)",
             ", ".join(f"{lst.host}:{lst.port} [{lst.name}/{lst.protocol}]" for lst in listeners),
@@ -295,6 +310,12 @@ class BrokerServer:
                 log.warning("the listener did not close in time")
         if ctx is not None:
             ctx.close()
+        cleaner = getattr(self, "cleaner", None)
+        if cleaner is not None:
+            try:
+                cleaner.shutdown()  # workers stopped before the logs close
+            except Exception:
+                log.exception("log cleaner shutdown failed")
         self.log_manager.shutdown()
         log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
         self._stopped.set()

@@ -32,6 +32,7 @@ from config.properties import (
 )
 from config.topic_config import (
     CLEANUP_POLICIES,
+    COMPACTION_STRATEGIES,
     COMPRESSION_TYPES,
     DEFAULT_DELETE_RETENTION_MS,
     DEFAULT_FILE_DELETE_DELAY_MS,
@@ -326,6 +327,23 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.cleaner.min.compaction.lag.ms", T.LONG, 0, Range.at_least(0)),
     ConfigKey("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, Range.at_least(1)),
     ConfigKey("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, Range.between(0, 1)),
+    ConfigKey("log.cleaner.threads", T.INT, 1, Range.at_least(0),
+              "Cleaner worker processes (each cleans one log at a time, off the event loop)."),
+    ConfigKey("log.cleaner.dedupe.buffer.size", T.LONG, 128 * 1024 * 1024, None,
+              "Memory for the key-hash to offset maps of all cleaner workers together."),
+    ConfigKey("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9, None,
+              "How full a cleaner's offset map may get before a clean stops mapping (and continues next pass)."),
+    ConfigKey("log.cleaner.io.buffer.size", T.INT, 512 * 1024, Range.at_least(0),
+              "Read size of the cleaner's I/O, all workers together."),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", T.DOUBLE, 1.7976931348623157e308, None,
+              "Throttle on the cleaner's reads and writes (bytes per second, all workers together)."),
+    ConfigKey("log.cleaner.backoff.ms", T.LONG, 15000, Range.at_least(0),
+              "How long the cleaner waits before looking again when no log needs cleaning."),
+    ConfigKey("log.cleaner.compaction.strategy", T.STRING, "offset", ValidString(COMPACTION_STRATEGIES),
+              "KIP-280: which record of a key compaction keeps: offset (the last written, Kafka's rule), "
+              "timestamp (the highest record timestamp) or header (the highest 8-byte value of a header)."),
+    ConfigKey("log.cleaner.compaction.strategy.header", T.STRING, "", None,
+              "KIP-280: the header whose 8-byte big-endian value orders records under the header strategy."),
     ConfigKey("log.local.retention.ms", T.LONG, -2, Range.at_least(-2)),
     ConfigKey("log.local.retention.bytes", T.LONG, -2, Range.at_least(-2)),
     ConfigKey("num.recovery.threads.per.data.dir", T.INT, 1, Range.at_least(1)),
@@ -420,8 +438,6 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "share.coordinator.state.topic.min.isr",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
-        "log.cleaner.threads",
-        "log.cleaner.dedupe.buffer.size",
         "background.threads",
         "replica.lag.time.max.ms",
         "group.coordinator.rebalance.protocols",
@@ -541,6 +557,12 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
             raise ConfigError(
                 "log.retention.ms", 0, "log.retention.ms must be unlimited (-1) or, greater than or equal to 1"
             )
+        if self.log_cleaner_threads > 0 and self.log_cleaner_dedupe_buffer_size // self.log_cleaner_threads <= 1024 * 1024:
+            raise ConfigError("log.cleaner.dedupe.buffer.size", self.log_cleaner_dedupe_buffer_size,
+                              "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.")
+        if not 0 < self.log_cleaner_io_buffer_load_factor <= 1:
+            raise ConfigError("log.cleaner.io.buffer.load.factor", self.log_cleaner_io_buffer_load_factor,
+                              "the dedupe buffer load factor must be in (0, 1]")
         if self.log_cleaner_min_compaction_lag_ms > self.log_cleaner_max_compaction_lag_ms:
             raise ConfigError(
                 "log.cleaner.min.compaction.lag.ms",
@@ -746,6 +768,8 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
                 "file.delete.delay.ms": self.log_segment_delete_delay_ms,
                 "min.cleanable.dirty.ratio": self.log_cleaner_min_cleanable_ratio,
                 "cleanup.policy": list(self.log_cleanup_policy),
+                "compaction.strategy": self.log_cleaner_compaction_strategy,
+                "compaction.strategy.header": self.log_cleaner_compaction_strategy_header,
                 "min.insync.replicas": self.min_insync_replicas,
                 "compression.type": self.compression_type,
                 "compression.gzip.level": self.compression_gzip_level,

@@ -71,6 +71,10 @@ TOPIC_DOCS: dict[str, str] = {
     "file.delete.delay.ms": "Time to wait before deleting the files of a deleted segment.",
     "min.cleanable.dirty.ratio": "Dirty/total ratio above which the log cleaner compacts a log.",
     "cleanup.policy": "delete and/or compact: what happens to old segments.",
+    "compaction.strategy": "KIP-280: which record of a key compaction keeps: offset (the last written), timestamp "
+                           "(the highest timestamp, ties by offset) or header (the highest 8-byte big-endian value "
+                           "of compaction.strategy.header; records without it lose).",
+    "compaction.strategy.header": "KIP-280: the header the header strategy orders by (empty: offset order).",
     "unclean.leader.election.enable": "Whether an out-of-sync replica may become leader.",
     "min.insync.replicas": "Minimum number of in-sync replicas for acks=all produces.",
     "compression.type": "Final compression of the topic's data (producer keeps the producer's codec).",

@@ -53,6 +53,8 @@ DEFAULT_MESSAGE_FORMAT_VERSION = "3.0-IV1"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
+#: KIP-280 (accepted in Kafka, never shipped there): which record of a key compaction keeps
+COMPACTION_STRATEGIES = ("offset", "timestamp", "header")
 
 _VERSION_RE = re.compile(r"\d+(\.\d+){1,2}(-IV\d+)?\Z")
 
@@ -100,6 +102,8 @@ TOPIC_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("file.delete.delay.ms", T.LONG, DEFAULT_FILE_DELETE_DELAY_MS, Range.at_least(0)),
     ConfigKey("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, Range.between(0, 1)),
     ConfigKey("cleanup.policy", T.LIST, ["delete"], ValidList(CLEANUP_POLICIES)),
+    ConfigKey("compaction.strategy", T.STRING, "offset", ValidString(COMPACTION_STRATEGIES)),
+    ConfigKey("compaction.strategy.header", T.STRING, "", None),
     ConfigKey("unclean.leader.election.enable", T.BOOLEAN, False, None),
     ConfigKey("min.insync.replicas", T.INT, 1, Range.at_least(1)),
     ConfigKey("compression.type", T.STRING, "producer", ValidString(COMPRESSION_TYPES)),
@@ -148,6 +152,8 @@ ALL_TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {
     "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
     "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
     "cleanup.policy": ("log.cleanup.policy",),
+    "compaction.strategy": ("log.cleaner.compaction.strategy",),
+    "compaction.strategy.header": ("log.cleaner.compaction.strategy.header",),
     "unclean.leader.election.enable": ("unclean.leader.election.enable",),
     "min.insync.replicas": ("min.insync.replicas",),
     "compression.type": ("compression.type",),
@@ -217,6 +223,8 @@ class TopicConfig(BaseModel):
     file_delete_delay_ms: int = DEFAULT_FILE_DELETE_DELAY_MS
     min_cleanable_dirty_ratio: float = 0.5
     cleanup_policy: list[str] = ["delete"]
+    compaction_strategy: str = "offset"
+    compaction_strategy_header: str = ""
     unclean_leader_election_enable: bool = False
     min_insync_replicas: int = 1
     compression_type: str = "producer"
@@ -330,6 +338,15 @@ class TopicConfig(BaseModel):
     @property
     def delete(self) -> bool:
         return "delete" in [p.lower() for p in self.cleanup_policy]
+
+    @property
+    def max_segment_ms(self) -> int:
+        """LogConfig.maxSegmentMs: a compacted topic rolls at least every
+        max.compaction.lag.ms, so a record cannot stay in the (never cleaned) active
+        segment past its max compaction lag (KIP-354)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def is_log_append_time(self) -> bool:

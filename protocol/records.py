@@ -7,7 +7,8 @@ v2 batch (61-byte header, big-endian)::
     12 partitionLeaderEpoch  int32     (not covered by the CRC)
     16 magic                 int8 = 2
     17 crc                   uint32    CRC-32C of bytes 21 .. end
-    21 attributes            int16     bits 0-2 codec, 3 LogAppendTime, 4 txn, 5 control
+    21 attributes            int16     bits 0-2 codec, 3 LogAppendTime, 4 txn, 5 control,
+                                       6 delete horizon (KIP-534: baseTimestamp holds it)
     23 lastOffsetDelta       int32
     27 baseTimestamp         int64
     35 maxTimestamp          int64
@@ -67,6 +68,11 @@ __all__ = [
     "iter_records",
     "walk_batch",
     "build_batch",
+    "RawRecord",
+    "iter_raw_records",
+    "encode_raw_records",
+    "assemble_batch",
+    "build_empty_batch",
     "iter_legacy_entries",
     "parse_legacy",
     "build_legacy",
@@ -115,6 +121,9 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+#: KIP-534: the log cleaner set a delete horizon, stored in baseTimestamp (record
+#: timestamp deltas are relative to it); tombstones and markers of the batch go after it
+DELETE_HORIZON_MASK = 0x40
 
 LEGACY_RECORD_OVERHEAD_V0 = 14  # crc 4 + magic 1 + attrs 1 + key len 4 + value len 4
 LEGACY_RECORD_OVERHEAD_V1 = 22
@@ -165,6 +174,11 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: the delete horizon the log cleaner set (baseTimestamp), or None."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
     @property
     def size(self) -> int:
@@ -619,6 +633,121 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: int = 0
     out += body
     _rewrite_crc(out, 0)
     return bytes(out)
+
+
+# --------------------------------------------------------------------------- raw records
+# The log cleaner keeps records byte for byte: a record's key, value and headers are
+# copied as stored; only its length, timestamp delta and offset delta are re-encoded
+# when the batch gets a new base timestamp (KIP-534's delete horizon, or the first
+# retained record's timestamp, as Kafka's MemoryRecordsBuilder sets it).
+
+
+class RawRecord(NamedTuple):
+    offset: int
+    timestamp: int  # as read: a LogAppendTime batch's records all read its maxTimestamp
+    attributes: int
+    key: bytes | None
+    has_value: bool
+    body: bytes  # keyLength varint .. the last header, verbatim
+    headers: tuple  # ((key bytes, value bytes | None), ...)
+
+
+def iter_raw_records(data, count: int, base_offset: int, base_ts: int, lat: int | None) -> Iterator[RawRecord]:
+    """The records of a batch's (decompressed) records bytes, with their stored bytes.
+    Raises InvalidRecordError for a malformed record or a count that does not match."""
+    pos = 0
+    end = len(data)
+    rv = _read_varint
+    mv = memoryview(data)
+    try:
+        for _ in range(count):
+            length, pos = rv(data, pos)
+            start = pos
+            if length < 0 or pos + length > end:
+                raise InvalidRecordError(f"invalid record length {length}")
+            rec_end = pos + length
+            attrs = data[pos]
+            pos += 1
+            ts_delta, pos = rv(data, pos)
+            off_delta, pos = rv(data, pos)
+            body_start = pos
+            klen, pos = rv(data, pos)
+            key = None
+            if klen >= 0:
+                key = bytes(mv[pos:pos + klen])
+                pos += klen
+            vlen, pos = rv(data, pos)
+            if vlen >= 0:
+                pos += vlen
+            nh, pos = rv(data, pos)
+            if nh < 0:
+                raise InvalidRecordError(f"invalid number of record headers {nh}")
+            headers = []
+            for _h in range(nh):
+                hk, pos = rv(data, pos)
+                if hk < 0:
+                    raise InvalidRecordError(f"invalid negative header key size {hk}")
+                hkey = bytes(mv[pos:pos + hk])
+                pos += hk
+                hv, pos = rv(data, pos)
+                hval = None
+                if hv >= 0:
+                    hval = bytes(mv[pos:pos + hv])
+                    pos += hv
+                headers.append((hkey, hval))
+            if pos != rec_end:
+                raise InvalidRecordError(
+                    f"invalid record size: expected {length} bytes in record payload, read {pos - start}")
+            ts = lat if lat is not None else base_ts + ts_delta
+            yield RawRecord(base_offset + off_delta, ts, attrs, key, vlen >= 0, bytes(mv[body_start:rec_end]),
+                            tuple(headers))
+    except IndexError:
+        raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
+    if pos != end:
+        raise InvalidRecordError(
+            f"incorrect declared batch size, {end - pos} bytes remaining after {count} records")
+
+
+def encode_raw_records(records: Iterable[RawRecord], base_offset: int, base_timestamp: int) -> bytes:
+    """Records bytes for ``records`` in a batch of ``base_offset`` / ``base_timestamp``:
+    each record's stored body (key, value, headers) behind its re-encoded deltas."""
+    out = bytearray()
+    rec = bytearray()
+    for r in records:
+        rec.clear()
+        rec.append(r.attributes & 0xFF)
+        _write_varint(rec, r.timestamp - base_timestamp)
+        _write_varint(rec, r.offset - base_offset)
+        _write_varint(out, len(rec) + len(r.body))
+        out += rec
+        out += r.body
+    return bytes(out)
+
+
+def assemble_batch(*, base_offset: int, last_offset_delta: int, partition_leader_epoch: int, attributes: int,
+                   base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, records_count: int, records: bytes) -> bytes:
+    """A v2 batch from its header fields and its records bytes (compressed already when
+    ``attributes`` names a codec); the CRC is computed."""
+    out = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD + len(records), partition_leader_epoch, 2, 0,
+                      attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
+                      base_sequence, records_count)
+    out += records
+    _rewrite_crc(out, 0)
+    return bytes(out)
+
+
+def build_empty_batch(h: BatchHeader) -> bytes:
+    """The header of ``h`` with no records (Kafka's DefaultRecordBatch.writeEmptyHeader):
+    what the log cleaner keeps of a producer's last batch, so its sequence and epoch
+    survive. Same offsets, producer fields and maxTimestamp; no codec, baseTimestamp -1."""
+    attrs = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
+    return assemble_batch(base_offset=h.base_offset, last_offset_delta=h.last_offset_delta,
+                          partition_leader_epoch=h.partition_leader_epoch, attributes=attrs,
+                          base_timestamp=NO_TIMESTAMP, max_timestamp=h.max_timestamp, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, records_count=0,
+                          records=b"")
 
 
 # --------------------------------------------------------------------------- control records

@@ -7,7 +7,11 @@ Checkpoint files (Kafka's ``OffsetCheckpointFile`` text format), one of each per
   holding it;
 * ``log-start-offset-checkpoint``: per partition, the log start offset (Kafka writes
   only partitions whose log start offset is above their first segment's base offset;
-  we do the same).
+  we do the same);
+* ``cleaner-offset-checkpoint``: per compacted partition, the first offset the log
+  cleaner has not cleaned yet (its "first dirty offset"), written after every clean
+  (:mod:`storage.log_cleaner`). A value below the log start offset or past the log end
+  is reset to the log start offset when read, as Kafka's LogCleanerManager does.
 
 Format (UTF-8 text, ``\\n`` line ends)::
 
@@ -36,6 +40,7 @@ __all__ = [
     "CheckpointError",
     "RECOVERY_POINT_CHECKPOINT",
     "LOG_START_OFFSET_CHECKPOINT",
+    "CLEANER_OFFSET_CHECKPOINT",
     "CLEAN_SHUTDOWN_FILE",
     "read_checkpoint",
     "write_checkpoint",
@@ -46,6 +51,7 @@ __all__ = [
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _VERSION = 0
 

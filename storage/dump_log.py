@@ -169,7 +169,6 @@ EXIT_FAILURE = 1
 _LOG_OVERHEAD = 12
 _HEADER_SIZE_UP_TO_MAGIC = 17  # offset, size, leader epoch / crc, magic
 _MIN_RECORD_OVERHEAD = 14  # a magic 0 message: the smallest thing a .log can hold
-_DELETE_HORIZON_MASK = 0x40
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _HEAD = struct.Struct(">qi")
@@ -383,8 +382,7 @@ def _batch_line(b: _Batch, position: int) -> str:
     if b.header is not None:
         h = b.header
         last_seq = -1 if h.base_sequence < 0 else increment_sequence(h.base_sequence, h.last_offset_delta)
-        horizon = (f"OptionalLong[{h.base_timestamp}]" if h.attributes & _DELETE_HORIZON_MASK
-                   else "OptionalLong.empty")
+        horizon = "OptionalLong.empty" if h.delete_horizon_ms is None else f"OptionalLong[{h.delete_horizon_ms}]"
         head = (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
                 f"baseSequence: {h.base_sequence} lastSequence: {last_seq} "
                 f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "

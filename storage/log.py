@@ -8,8 +8,11 @@ rolled or the log is closed.
 
 Loading (this milestone; full recovery with a clean-shutdown marker comes next):
 
-* leftover ``.deleted`` / ``.cleaned`` / ``.swap`` files and index files without a
-  ``.log`` are removed;
+* an interrupted clean is rolled back or completed, as Kafka's LogLoader does:
+  ``.deleted`` and ``.cleaned`` files are removed, and so are ``.swap`` files at or
+  above the lowest ``.cleaned`` offset (their rename from ``.cleaned`` did not finish);
+  the remaining ``.swap`` segment replaces every segment whose base offset lies in its
+  offset range and is renamed into place; index files without a ``.log`` are removed;
 * a segment whose index is missing or fails its sanity check (size not a multiple of
   the entry size, zero-filled preallocated tail, entries going backwards or beyond the
   log) is rebuilt by scanning its batches; if that cuts bytes off a segment that is not
@@ -37,6 +40,12 @@ recovered segments are replayed whole from a snapshot at or before the first of 
 (later snapshots are dropped), so ongoing transactions and ``.txnindex`` entries lost
 with the process come back from the markers in the log.
 
+Compaction (:meth:`Log.replace_segments`): the log cleaner writes a group of segments
+into ``<base>.*.cleaned`` files; the swap renames them ``.swap`` (log first, then the
+indexes) and fsyncs the directory (the commit point), renames the old segments
+``.deleted`` (removed ``file.delete.delay.ms`` later; reads already holding them finish),
+then renames the ``.swap`` files to their final names.
+
 Writes reach the page cache before ``append`` returns (``os.pwrite``), so acknowledged
 data survives a process kill without fsync; fsync happens per ``flush.messages`` /
 ``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to flush_due, as
@@ -54,6 +63,7 @@ import struct
 import time
 from typing import NamedTuple
 
+from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
 from storage.index import CorruptIndexError
@@ -72,7 +82,10 @@ __all__ = ["Log", "AppendInfo", "FetchDataInfo", "parse_topic_partition_dir"]
 logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
+_TEMP_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)\.(deleted|cleaned|swap)$")
 _TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 _TIMESTAMP_TYPE_BIT = 0x08
 _PRODUCER_ID_OFFSET = 43  # of the int64 producerId in a v2 batch header
 _I64 = struct.Struct(">q")
@@ -158,7 +171,63 @@ class Log:
     def _open_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng)
 
+    def _complete_swaps(self) -> None:
+        """Kafka's LogLoader passes over a crash in the middle of a clean (see the module
+        docstring): roll back what had not reached ``.swap``, complete what had."""
+        names = os.listdir(self.dir)
+        cleaned_min = None
+        swaps: dict[int, list[str]] = {}
+        for name in names:
+            m = _TEMP_FILE.match(name)
+            if m is None:
+                if name.endswith(_TEMP_SUFFIXES):
+                    logger.info("removing leftover file %s", os.path.join(self.dir, name))
+                    _unlink(os.path.join(self.dir, name))
+                continue
+            base, kind = int(m.group(1)), m.group(3)
+            if kind == "cleaned":
+                cleaned_min = base if cleaned_min is None else min(cleaned_min, base)
+            elif kind == "swap":
+                swaps.setdefault(base, []).append(name)
+        for name in names:
+            m = _TEMP_FILE.match(name)
+            if m is None:
+                continue
+            base, kind = int(m.group(1)), m.group(3)
+            if kind == "deleted" or kind == "cleaned" or (kind == "swap" and cleaned_min is not None
+                                                          and base >= cleaned_min):
+                logger.info("removing leftover file %s", os.path.join(self.dir, name))
+                _unlink(os.path.join(self.dir, name))
+                swaps.pop(base, None) if kind == "swap" else None
+        ranges = []
+        for base, files in sorted(swaps.items()):
+            if log_file_name(base) + SWAP_SUFFIX not in files:
+                for f in files:  # index files of a swap whose .log is gone: nothing to swap in
+                    _unlink(os.path.join(self.dir, f))
+                continue
+            seg = LogSegment(self.dir, base, suffix=SWAP_SUFFIX, max_index_size=self.config.segment_index_bytes)
+            try:
+                nxt = seg.read_next_offset()
+            finally:
+                seg.close_handlers()
+            logger.info("%s-%d: found cleaned segment %d (offsets %d-%d) of an interrupted swap; completing it",
+                        self.topic, self.partition, base, base, nxt - 1)
+            ranges.append((base, nxt))
+        if not ranges:
+            return
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        for name in os.listdir(self.dir):
+            m = _SEGMENT_FILE.match(name)
+            if m is not None and lo <= int(m.group(1)) < hi:
+                logger.info("%s-%d: removing %s, replaced by the cleaned segment", self.topic, self.partition, name)
+                _unlink(os.path.join(self.dir, name))
+        for name in os.listdir(self.dir):
+            if name.endswith(SWAP_SUFFIX):
+                os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_SUFFIX)]))
+        fsync_dir(self.dir)
+
     def _load(self, recovery_point: int, clean: bool) -> None:
+        self._complete_swaps()
         names = os.listdir(self.dir)
         logs: list[int] = []
         others: list[tuple[int, str]] = []
@@ -567,7 +636,7 @@ class Log:
             if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=len(va.buffer),
                                                 max_offset=va.last_offset, now_ms=now_ms,
                                                 segment_bytes=self.config.segment_bytes,
-                                                segment_ms=self.config.segment_ms):
+                                                segment_ms=_max_segment_ms(self.config)):
                 seg = self.roll(va.base_offset)
             seg.append(va)
         except OSError as e:
@@ -608,6 +677,53 @@ class Log:
         self._producer_state.map_end_offset = new_base_offset
         self._producer_state.take_snapshot(sync=False)
         return new
+
+    # ------------------------------------------------------------------ compaction
+    def replace_segments(self, new_base: int, old_bases: list[int], *, hook=None) -> LogSegment:
+        """Swap the cleaned segment ``<new_base>.*.cleaned`` in for the consecutive
+        segments at ``old_bases`` (Kafka's replaceSegments; the steps and what a crash
+        leaves are in the module docstring). ``hook(step)`` is called after each step and
+        each rename (tests). Raises ValueError, with nothing changed, when those segments
+        are no longer consecutive inactive segments of this log."""
+        self._ensure_open()
+        hook = hook or (lambda step: None)
+        i = bisect.bisect_left(self._bases, old_bases[0]) if old_bases else len(self._bases)
+        k = len(old_bases)
+        if not old_bases or self._bases[i:i + k] != list(old_bases) or i + k >= len(self._segments):
+            raise ValueError(f"{self.topic}-{self.partition}: segments {old_bases} are not consecutive inactive "
+                             f"segments of the log (now {self._bases})")
+        if new_base != old_bases[0]:
+            raise ValueError(f"a cleaned segment starts at its group's first base offset {old_bases[0]}, "
+                             f"not {new_base}")
+        old = self._segments[i:i + k]
+        new = LogSegment.open(self.dir, new_base, self.config, self.clock, self._rng, suffix=CLEANED_SUFFIX)
+        try:
+            new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX, hook=hook)
+            fsync_dir(self.dir)
+        except BaseException:
+            new.close_handlers()
+            raise
+        hook("swap")
+        now = self.clock.time_ms()
+        delay = getattr(self.config, "file_delete_delay_ms", 60000) or 0
+        for seg in old:
+            seg.rename_to_deleted()
+            self._pending_deletes.append((now + delay, seg))
+        hook("deleted")
+        new.change_file_suffixes(SWAP_SUFFIX, "", hook=hook)
+        self._segments[i:i + k] = [new]
+        self._bases[i:i + k] = [new_base]
+        hook("done")
+        return new
+
+    def non_active_segments_from(self, offset: int) -> list[LogSegment]:
+        """Kafka's nonActiveLogSegmentsFrom: the segments from the one holding ``offset``
+        up to (not including) the active one."""
+        active = self._segments[-1]
+        if offset > active.base_offset:
+            return []
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        return self._segments[i:-1]
 
     # ------------------------------------------------------------------ log start offset
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
@@ -776,6 +892,11 @@ class Log:
         for seg in self._segments:
             if seg.largest_timestamp >= timestamp:
                 found = seg.find_offset_by_timestamp(timestamp, lso)
+                if found is None and seg.size and seg.find_offset_by_timestamp(timestamp, -1) is None:
+                    # no record of the segment reaches the largest timestamp: it belongs to a
+                    # batch compaction emptied (kept for its producer, as Kafka keeps it), so
+                    # the record is further on
+                    continue
                 if found is None or found.offset >= self._hw:
                     return None
                 return OffsetAndTimestamp(found.offset, found.timestamp)
@@ -793,9 +914,26 @@ class Log:
         if best is None:
             return None
         found = best.find_max_timestamp_record()
+        if found is None and best.size:
+            found = self._scan_max_timestamp_record()
         if found is None or found.offset >= self._hw or found.offset < self._log_start_offset:
             return None
         return found
+
+    def _scan_max_timestamp_record(self):
+        """The first record with the largest timestamp, read batch by batch: a cleaned
+        segment's max timestamp can belong to a batch compaction emptied (no record
+        carries it any more)."""
+        best_ts, best_off = -1, None
+        lso = self._log_start_offset
+        for seg in self._segments:
+            for _pos, hdr in seg.iter_batch_headers(0):
+                if hdr.records_count <= 0 or hdr.max_timestamp <= best_ts or hdr.last_offset < lso:
+                    continue
+                found = seg.find_offset_by_timestamp(hdr.max_timestamp, max(lso, hdr.base_offset))
+                if found is not None and found.timestamp > best_ts:
+                    best_ts, best_off = found.timestamp, found.offset
+        return None if best_off is None else OffsetAndTimestamp(best_off, best_ts)
 
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int) -> None:
@@ -897,6 +1035,12 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
                 f"end={self._leo}, segments={len(self._segments)})")
+
+
+def _max_segment_ms(config) -> int:
+    """segment.ms, or max.compaction.lag.ms when smaller on a compacted topic (KIP-354)."""
+    ms = getattr(config, "max_segment_ms", None)
+    return config.segment_ms if ms is None else ms
 
 
 def _unlink(path: str) -> None:

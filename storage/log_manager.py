@@ -116,6 +116,11 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._generation = 0
         self._started = False
+        # partitions a background clean is reading (storage.log_cleaner): retention skips
+        # them until the clean is swapped in, as Kafka's cleaner pauses deletion meanwhile
+        self.busy: set[tuple[str, int]] = set()
+        # called with (topic, partition) before a partition's log is deleted
+        self.on_partition_deleted: list[Callable[[str, int], None]] = []
 
     # ------------------------------------------------------------------ startup / shutdown
     def startup(self) -> None:
@@ -277,6 +282,9 @@ class LogManager:
         info = self._topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        for p in range(info.num_partitions):
+            for callback in self.on_partition_deleted:
+                callback(name, p)
         logs = [self._logs.pop((name, p)) for p in range(info.num_partitions) if (name, p) in self._logs]
         renamed = []
         for log in logs:
@@ -344,8 +352,8 @@ class LogManager:
         """One retention pass over every log (``log.retention.check.interval.ms``)."""
         now = self.clock.time_ms()
         deleted = 0
-        for log in list(self._logs.values()):
-            if log.closed:
+        for (topic, p), log in list(self._logs.items()):
+            if log.closed or (topic, p) in self.busy:
                 continue
             try:
                 deleted += log.delete_old_segments(now)

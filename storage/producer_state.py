@@ -480,6 +480,14 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
+    def last_records(self) -> dict[int, tuple[int | None, int]]:
+        """Kafka's lastRecordsOfActiveProducers: producer id -> (the last offset of its
+        last data batch, or None when it has none cached, its epoch). The log cleaner
+        keeps those batches (emptied if need be), so the producer's sequence and epoch
+        can be rebuilt from the log."""
+        return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
+                for pid, e in self.producers.items()}
+
     def _is_expired(self, now_ms: int, e: ProducerStateEntry) -> bool:
         # a producer with an ongoing transaction is kept (Kafka's isProducerExpired)
         return e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= self.expiration_ms

@@ -140,7 +140,8 @@ class LogSegment:
     """A segment of a partition log.  Not thread-safe (single asyncio thread)."""
 
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, clock=None):
+                 max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, clock=None,
+                 suffix: str = ""):
         if clock is None:
             from storage.clock import SystemClock
 
@@ -151,10 +152,12 @@ class LogSegment:
         self.max_index_size = int(max_index_size)
         self.roll_jitter_ms = int(roll_jitter_ms)
         self.clock = clock
-        self.log_path = os.path.join(self.dir, log_file_name(self.base_offset))
-        self.offset_index_path = os.path.join(self.dir, offset_index_file_name(self.base_offset))
-        self.time_index_path = os.path.join(self.dir, time_index_file_name(self.base_offset))
-        self.txn_index_path = os.path.join(self.dir, txn_index_file_name(self.base_offset))
+        # suffix: "" for a live segment; the log cleaner writes ".cleaned" files and swaps
+        # them in through ".swap" (storage.log.Log.replace_segments)
+        self.log_path = os.path.join(self.dir, log_file_name(self.base_offset) + suffix)
+        self.offset_index_path = os.path.join(self.dir, offset_index_file_name(self.base_offset) + suffix)
+        self.time_index_path = os.path.join(self.dir, time_index_file_name(self.base_offset) + suffix)
+        self.txn_index_path = os.path.join(self.dir, txn_index_file_name(self.base_offset) + suffix)
         log_existed = os.path.exists(self.log_path)
         # a .log found on disk without its indexes must be re-indexed (Log does it)
         self.offset_index_existed = os.path.exists(self.offset_index_path) or not log_existed
@@ -177,13 +180,13 @@ class LogSegment:
         self._max_ts_offset = last.offset
 
     @classmethod
-    def open(cls, dir_path: str, base_offset: int, config, clock, rng=None) -> "LogSegment":
+    def open(cls, dir_path: str, base_offset: int, config, clock, rng=None, suffix: str = "") -> "LogSegment":
         """Open (or create) a segment with the values of a TopicConfig-like ``config``."""
         return cls(dir_path, base_offset,
                    index_interval_bytes=config.index_interval_bytes,
                    max_index_size=config.segment_index_bytes,
                    roll_jitter_ms=random_segment_jitter(config.segment_jitter_ms, config.segment_ms, rng),
-                   clock=clock)
+                   clock=clock, suffix=suffix)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -354,7 +357,7 @@ class LogSegment:
         target = self._max_ts
         position = self.offset_index.lookup(self._max_ts_offset).position
         for pos, hdr in self.iter_batch_headers(position):
-            if hdr.max_timestamp == target:
+            if hdr.max_timestamp == target and hdr.records_count != 0:  # not a batch emptied by compaction
                 found = self._search_batch(pos, hdr, target, -(1 << 63))
                 return None if found is None else OffsetAndTimestamp(*found)
         return None
@@ -370,6 +373,11 @@ class LogSegment:
                 f"cannot be read: {e}") from None
 
     # ------------------------------------------------------------------ rolling
+    def first_batch_timestamp(self) -> int:
+        """The max timestamp of the segment's first batch (-1: none), as Kafka's
+        getFirstBatchTimestamp: what max.compaction.lag.ms counts from."""
+        return self._first_batch_timestamp()
+
     def _first_batch_timestamp(self) -> int:
         if self._rolling_ts is _UNKNOWN:
             for _pos, hdr in self.iter_batch_headers(0):
@@ -572,22 +580,39 @@ class LogSegment:
             except FileNotFoundError:
                 pass
 
-    def rename_to_deleted(self) -> None:
-        """Retention: rename the three files to ``<name>.deleted`` (removed later with
-        ``delete``).  Open descriptors and maps stay valid, so a Fetch already holding a
-        FileSlice of this segment still sends its bytes."""
-        for attr in ("log_path", "offset_index_path", "time_index_path", "txn_index_path"):
-            old = getattr(self, attr)
-            new = old + DELETED_SUFFIX
+    _FILE_ATTRS = ("log_path", "offset_index_path", "time_index_path", "txn_index_path")
+
+    def change_file_suffixes(self, old: str, new: str, hook=None) -> None:
+        """Rename the segment's files from ``<name><old>`` to ``<name><new>`` (log first,
+        then the indexes, as Kafka's LogSegment.changeFileSuffixes); open descriptors
+        and maps stay valid. A missing file (a segment without a .txnindex) is skipped.
+        ``hook(name)`` is called after each rename (tests: a kill between renames)."""
+        for attr in self._FILE_ATTRS:
+            cur = getattr(self, attr)
+            if old:
+                if not cur.endswith(old):
+                    raise ValueError(f"{cur} does not end with {old!r}")
+                cur_base = cur[: -len(old)]
+            else:
+                cur_base = cur
+            target = cur_base + new
             try:
-                os.replace(old, new)
+                os.replace(cur, target)
             except FileNotFoundError:
                 pass
-            setattr(self, attr, new)
+            setattr(self, attr, target)
+            if hook is not None:
+                hook(os.path.basename(target))
         self._file.path = self.log_path
         self.offset_index.path = self.offset_index_path
         self.time_index.path = self.time_index_path
         self.txn_index.path = self.txn_index_path
+
+    def rename_to_deleted(self) -> None:
+        """Retention: rename the three files to ``<name>.deleted`` (removed later with
+        ``delete``).  Open descriptors and maps stay valid, so a Fetch already holding a
+        FileSlice of this segment still sends its bytes."""
+        self.change_file_suffixes("", DELETED_SUFFIX)
 
     def migrate_time_index(self, timestamp: int) -> None:
         """KIP-33 migration of a segment written before timestamps existed (its batches
