@@ -202,9 +202,7 @@ class Log:
         ranges = []
         for base, files in sorted(swaps.items()):
             if log_file_name(base) + SWAP_SUFFIX not in files:
-                for f in files:  # index files of a swap whose .log is gone: nothing to swap in
-                    _unlink(os.path.join(self.dir, f))
-                continue
+                continue  # its .log was renamed into place already: only its indexes are left to rename
             seg = LogSegment(self.dir, base, suffix=SWAP_SUFFIX, max_index_size=self.config.segment_index_bytes)
             try:
                 nxt = seg.read_next_offset()
@@ -213,14 +211,16 @@ class Log:
             logger.info("%s-%d: found cleaned segment %d (offsets %d-%d) of an interrupted swap; completing it",
                         self.topic, self.partition, base, base, nxt - 1)
             ranges.append((base, nxt))
-        if not ranges:
+        if not swaps:
             return
-        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
-        for name in os.listdir(self.dir):
-            m = _SEGMENT_FILE.match(name)
-            if m is not None and lo <= int(m.group(1)) < hi:
-                logger.info("%s-%d: removing %s, replaced by the cleaned segment", self.topic, self.partition, name)
-                _unlink(os.path.join(self.dir, name))
+        if ranges:
+            lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+            for name in os.listdir(self.dir):
+                m = _SEGMENT_FILE.match(name)
+                if m is not None and lo <= int(m.group(1)) < hi:
+                    logger.info("%s-%d: removing %s, replaced by the cleaned segment", self.topic, self.partition,
+                                name)
+                    _unlink(os.path.join(self.dir, name))
         for name in os.listdir(self.dir):
             if name.endswith(SWAP_SUFFIX):
                 os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_SUFFIX)]))

@@ -490,6 +490,10 @@ class LogCleaner:
         ltc = self.grab_filthiest()
         if ltc is None:
             return None
+        return self.clean_log(ltc)
+
+    def clean_log(self, ltc: LogToClean) -> CleanResult | None:
+        """Clean a log chosen by :meth:`grab_filthiest` in this thread and swap it in."""
         task = build_task(ltc.log, ltc, self.clock.time_ms())
         try:
             result = run_task(task, self._inline_maps, self._per_worker[0], self.load_factor, self._per_worker[2],
