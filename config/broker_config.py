@@ -356,6 +356,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.size", T.INT, INT_MAX, Range.at_least(1),
               "Most members a consumer group may have; a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED."),
     ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", T.INT, 104857600, Range.at_least(1),
+              "segment.bytes of __consumer_offsets when the broker creates it."),
     # transaction coordinator
     ConfigKey("transaction.max.timeout.ms", T.INT, 900000, Range.at_least(1),
               "Longest transaction timeout a producer may ask for; InitProducerId asking more gets "

@@ -204,11 +204,15 @@ def _worker_main(conn, abort, memory_bytes: int, load_factor: float, io_buffer_s
         try:
             result = run_task(task, maps, memory_bytes, load_factor, io_buffer_size, throttler, check_done)
             result.stats.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            conn.send(("ok", result))
+            answer = ("ok", result)
         except CleaningAborted:
-            conn.send(("aborted", None))
+            answer = ("aborted", None)
         except Exception as exc:
-            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            answer = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        try:
+            conn.send(answer)
+        except OSError:  # the broker is gone (PR_SET_PDEATHSIG is on its way)
+            return
 
 
 def run_task(task: CleanTask, maps: dict, memory_bytes: int, load_factor: float, io_buffer_size: int,
@@ -245,11 +249,18 @@ class _Worker:
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.abort = ctx.Value("i", 0, lock=False)
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.abort, *self.args),
-                                name=f"chronolog-log-cleaner-{self.index}", daemon=True)
-        self.proc.start()
+        # multiprocessing's resource tracker start-up unblocks SIGINT/SIGTERM in the calling
+        # thread; the broker keeps them blocked (one thread takes them with sigwait, see
+        # broker.server.run), so its mask is put back
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        try:
+            parent, child = ctx.Pipe()
+            self.abort = ctx.Value("i", 0, lock=False)
+            self.proc = ctx.Process(target=_worker_main, args=(child, self.abort, *self.args),
+                                    name=f"chronolog-log-cleaner-{self.index}", daemon=True)
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child.close()
         self.conn = parent
         logger.info("started log cleaner worker %d (pid %d)", self.index, self.proc.pid)

@@ -80,6 +80,9 @@ class ValidatedAppend(NamedTuple):
     batches: list
 
 
+#: Kafka's LogValidator.validateKey message (the broker adds " in topic partition <tp>.")
+NO_KEY_MESSAGE = "Compacted topic cannot accept message without key"
+
 def _wrap64(v: int) -> int:
     v &= _MASK64
     return v - (1 << 64) if v >> 63 else v
@@ -360,7 +363,7 @@ class _V2Analysis(Analysis):
             max_ts, _index_of_max, deltas_ok, bad, nulls = walk.result
             errs = []
             if nulls:
-                errs = [(j, "compacted topic cannot accept a record without a key") for j in nulls]
+                errs = [(j, NO_KEY_MESSAGE) for j in nulls]
             lat_bit = bool(h.attributes & R.TIMESTAMP_TYPE_MASK)
             if lat_topic:
                 true_max = -1
@@ -561,7 +564,7 @@ def _analyze_legacy(mv, config, now, max_records_bytes) -> tuple[bytes, int]:
             if not r.crc_ok:
                 raise E.CorruptRecordError(f"inner message {i} of the wrapper is corrupt (stored crc = {r.crc})")
             if compact and r.key is None:
-                errs.append((i, "compacted topic cannot accept a record without a key"))
+                errs.append((i, NO_KEY_MESSAGE))
             elif lat_topic:
                 if r.timestamp_type == 1:
                     errs.append((i, _LAT_MSG))
@@ -571,7 +574,7 @@ def _analyze_legacy(mv, config, now, max_records_bytes) -> tuple[bytes, int]:
             elif r.timestamp_type == 1:
                 errs.append((i, _LAT_MSG))
         if errs:
-            if all(m.startswith("compacted") for _, m in errs):
+            if all(m == NO_KEY_MESSAGE for _, m in errs):
                 raise E.InvalidRecordError(
                     f"one or more records have been rejected due to {len(errs)} record errors: "
                     "a compacted topic cannot accept records without a key", errs)

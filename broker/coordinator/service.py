@@ -17,7 +17,8 @@ def start_group_coordinator(ctx) -> GroupCoordinator:
     cfg = ctx.config
     lm = ctx.log_manager
     partitions = int(getattr(cfg, "offsets_topic_num_partitions", None) or DEFAULT_PARTITIONS)
-    store = OffsetsTopicStore(lm, ctx.clock, partitions, notify=ctx.notify_append)
+    store = OffsetsTopicStore(lm, ctx.clock, partitions, notify=ctx.notify_append,
+                              segment_bytes=int(cfg.offsets_topic_segment_bytes))
 
     def topic_partitions(topic: str):
         info = lm.get_topic(topic)

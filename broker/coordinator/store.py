@@ -1,7 +1,9 @@
 """``__consumer_offsets``: where committed offsets and group metadata live on disk.
 
 The topic is created on first write with ``offsets.topic.num.partitions`` partitions
-(default 50) and ``cleanup.policy=compact``; a group's records go to partition
+(default 50), ``cleanup.policy=compact`` and ``offsets.topic.segment.bytes`` (default
+100 MiB) as its ``segment.bytes``, as Kafka creates it (the log cleaner compacts it:
+deleted groups and expired offsets are tombstones that go after ``delete.retention.ms``); a group's records go to partition
 ``Utils.abs(groupId.hashCode()) % partitions`` as Kafka places them.  Each write is one
 v2 batch (CreateTime = now) appended through the LogManager, so the records share the
 partitions' durability (flush policy, recovery).  ``replay`` reads every partition at
@@ -29,20 +31,24 @@ log = logging.getLogger("chronolog.coordinator.store")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_PARTITIONS = 50
+DEFAULT_SEGMENT_BYTES = 104857600
 
 
 class OffsetsTopicStore:
-    def __init__(self, log_manager, clock, num_partitions: int = DEFAULT_PARTITIONS, notify=None):
+    def __init__(self, log_manager, clock, num_partitions: int = DEFAULT_PARTITIONS, notify=None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES):
         self.lm = log_manager
         self.clock = clock
         self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
         self.notify = notify or (lambda topic, partition: None)
 
     def _partitions(self) -> int:
         info = self.lm.get_topic(OFFSETS_TOPIC)
         if info is None:
             log.info("creating %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
-            info = self.lm.create_topic(OFFSETS_TOPIC, self.num_partitions, {"cleanup.policy": "compact"})
+            info = self.lm.create_topic(OFFSETS_TOPIC, self.num_partitions,
+                                        {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
         return info.num_partitions
 
     def _append(self, group: str, pairs: list, producer: tuple[int, int] | None = None) -> int:

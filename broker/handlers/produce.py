@@ -39,7 +39,7 @@ from protocol.messages import ProduceResponse
 from broker.security import authorizer as A
 from broker.errors import error_code_for
 from storage import errors as se
-from storage.validator import analyze_records
+from storage.validator import NO_KEY_MESSAGE, analyze_records
 
 log = logging.getLogger("chronolog.produce")
 
@@ -177,7 +177,9 @@ def _refused(topic, partition, exc):
     code = error_code_for(exc)
     if isinstance(exc, se.StorageError):
         log.info("rejected produce to %s-%d: %s (%s)", topic, partition, exc, ErrorCode(code).name)
-        return _error(partition, code, str(exc), getattr(exc, "record_errors", ()) or ())
+        errs = [(i, f"{m} in topic partition {topic}-{partition}." if m == NO_KEY_MESSAGE else m)
+                for i, m in (getattr(exc, "record_errors", ()) or ())]
+        return _error(partition, code, str(exc), errs)
     return _error(partition, code, f"{type(exc).__name__}: {exc}")
 
 
