@@ -53,6 +53,11 @@ bench-tls: $(STAMP)
 bench-transactions: $(STAMP)
 	$(PY) bench/transactions.py $(ARGS)
 
+# Log compaction: cleaning throughput, peak memory, 10M keys in passes, latency while cleaning (bench/README.md)
+.PHONY: bench-compaction
+bench-compaction: $(STAMP)
+	$(PY) bench/compaction.py $(ARGS)
+
 # Log lifecycle: clean restart, unclean recovery, ListOffsets-by-time latency (bench/README.md)
 .PHONY: bench-lifecycle
 bench-lifecycle: $(STAMP)

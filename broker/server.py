@@ -125,7 +125,7 @@ class BrokerServer:
         # swap of a finished clean runs here on the loop (storage.log_cleaner)
         from storage.log_cleaner import LogCleaner
 
-        self.cleaner = LogCleaner(self.log_manager, cfg, self.clock)
+        self.cleaner = LogCleaner(self.log_manager, self.log_manager.broker_config, self.clock)
         ctx.log_cleaner = self.cleaner
         if metrics is not None:
             metrics.attach_cleaner(self.cleaner)

@@ -99,12 +99,21 @@ TOPIC_DOCS: dict[str, str] = {
 
 _BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
 
-# DynamicLogConfig.ReconfigurableConfigs restricted to the properties Chronolog knows.
+# LogCleaner.ReconfigurableConfigs (message.max.bytes is a topic synonym already).
+LOG_CLEANER_RECONFIGURABLE: frozenset[str] = frozenset({
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+})
+
+
+# DynamicLogConfig.ReconfigurableConfigs restricted to the properties Chronolog knows,
+# and the log cleaner's.
 def _dynamic_names() -> frozenset[str]:
     from config.broker_config import BROKER_KEYS
 
     known = {k.name for k in BROKER_KEYS}
-    return frozenset(v for k, v in TOPIC_CONFIG_SYNONYMS.items() if k != "message.format.version" and v in known)
+    return frozenset(v for k, v in TOPIC_CONFIG_SYNONYMS.items() if k != "message.format.version" and v in known) \
+        | LOG_CLEANER_RECONFIGURABLE
 
 
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_names()

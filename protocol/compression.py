@@ -364,6 +364,28 @@ def iter_decompress(codec: int, data, *, max_size: int | None = None, chunk_size
         raise CompressionError(f"invalid {CODEC_NAMES.get(codec, codec)} data: {e}") from None
 
 
+def decompress_stored(codec: int, data) -> bytes:
+    """Decompress a batch read back from a segment, whole and in one call: fast for the
+    log cleaner, which reads every batch of a partition. Stored batches were walked in
+    full when they were produced (their decompressed size bounded by
+    ``socket.request.max.bytes``), so no output bound is kept here; an LZ4 frame with
+    Kafka's legacy header checksum and anything one-shot decoding refuses go through
+    :func:`decompress` (which raises CompressionError for damaged input)."""
+    try:
+        if codec == LZ4:
+            return lz4.frame.decompress(bytes(data))
+        if codec == ZSTD:
+            dobj = _ZSTD_D.decompressobj()
+            out = dobj.decompress(bytes(data))
+            if dobj.eof and not dobj.unused_data:
+                return out
+        if codec == GZIP:
+            return zlib.decompress(bytes(data), 47)
+    except (RuntimeError, ValueError, zlib.error, zstandard.ZstdError):
+        pass
+    return decompress(codec, data)
+
+
 def decompress(codec: int, data, *, max_size: int | None = None) -> bytes:
     """Decompress ``data`` (bytes-like) with Kafka codec id ``codec``, whole.
 

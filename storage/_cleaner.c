@@ -464,21 +464,60 @@ typedef struct {
 
 static inline int64_t rec_ts(const BatchCtx *b, const Rec *r) { return b->lat ? b->max_ts : b->base_ts + r->ts_delta; }
 
+/* Records are taken WINDOW at a time: parsed and hashed first, their map slots
+ * prefetched, then looked up in order, so the cache misses of a large map overlap
+ * instead of being paid one after the other. */
+#define WINDOW 32
+
+typedef struct {
+    Rec r;
+    int64_t offset, ts;
+    uint64_t h[2];
+    int hashed;
+} Item;
+
+static inline void hash_and_prefetch(OffsetMap *m, Item *it) {
+    murmur3_128(it->r.key, (size_t)it->r.klen, it->h);
+    Py_ssize_t s = (Py_ssize_t)(it->h[0] % (uint64_t)m->slots);
+    __builtin_prefetch(&m->offsets[s]);
+    __builtin_prefetch(&m->hashes[2 * s]);
+    if (m->versions) __builtin_prefetch(&m->versions[s]);
+    it->hashed = 1;
+}
+
+/* parse up to WINDOW records from *pp (record index i0 on); -1 on error */
+static int parse_window(const uint8_t **pp, const uint8_t *end, const Strategy *st, const BatchCtx *b, int64_t i0,
+                        int64_t count, Item *items) {
+    int n = 0;
+    for (; n < WINDOW && i0 + n < count; n++) {
+        Item *it = &items[n];
+        if (parse_record(pp, end, st, &it->r, i0 + n) < 0) return -1;
+        it->offset = b->base_offset + it->r.off_delta;
+        it->ts = rec_ts(b, &it->r);
+        it->hashed = 0;
+    }
+    return n;
+}
+
 /* map every keyed record at or past start_offset; 1 when the map filled (the record
  * that did not fit and those after it are not mapped), 0 when done, -1 on error */
 static int map_payload(OffsetMap *m, const uint8_t *p, const uint8_t *end, int64_t count, const BatchCtx *b,
                        int64_t start_offset, const Strategy *st, Py_ssize_t max_entries, int64_t *read) {
-    Rec r;
-    for (int64_t i = 0; i < count; i++) {
-        if (parse_record(&p, end, st, &r, i) < 0) return -1;
-        int64_t offset = b->base_offset + r.off_delta;
-        if (r.key && offset >= start_offset) {
-            if (m->size >= max_entries) return 1;
-            uint64_t h[2];
-            murmur3_128(r.key, (size_t)r.klen, h);
-            map_put(m, h, offset, version_of(st, &r, rec_ts(b, &r)));
+    Item items[WINDOW];
+    for (int64_t i = 0; i < count;) {
+        int n = parse_window(&p, end, st, b, i, count, items);
+        if (n < 0) return -1;
+        for (int k = 0; k < n; k++)
+            if (items[k].r.key && items[k].offset >= start_offset) hash_and_prefetch(m, &items[k]);
+        for (int k = 0; k < n; k++) {
+            Item *it = &items[k];
+            if (it->hashed) {
+                if (m->size >= max_entries) return 1;
+                map_put(m, it->h, it->offset, version_of(st, &it->r, it->ts));
+            }
+            (*read)++;
         }
-        (*read)++;
+        i += n;
     }
     if (p != end) {
         PyErr_Format(CleanError, "%lld bytes after the %lld records the batch declares", (long long)(end - p),
@@ -515,12 +554,12 @@ typedef struct {
     Py_ssize_t invalid;    /* keyless records dropped */
 } Decide;
 
-static inline int retain(OffsetMap *m, const Strategy *st, Decide *d, const Rec *r, int64_t offset, int64_t ts) {
+static inline int retain(OffsetMap *m, const Strategy *st, Decide *d, const Item *it) {
+    const Rec *r = &it->r;
+    int64_t offset = it->offset, ts = it->ts;
     if (offset > d->latest) return 1;
     if (!r->key) { d->invalid++; return 0; }
-    uint64_t h[2];
-    murmur3_128(r->key, (size_t)r->klen, h);
-    Py_ssize_t i = slot_of(m, h);
+    Py_ssize_t i = slot_of(m, it->h);
     int latest_for_key;
     if (i < 0 || m->offsets[i] < 0) {
         latest_for_key = 1;
@@ -561,20 +600,28 @@ static int filter_payload(OffsetMap *m, const Strategy *st, Decide *d, const uin
     memset(keep, 0, nbits);
     const uint8_t *start = p;
     Rec r;
+    Item items[WINDOW];
     memset(fr, 0, sizeof(*fr));
     fr->max_ts = -1;
     fr->first_ts = INT64_MIN;
-    for (int64_t i = 0; i < count; i++) {
-        if (parse_record(&p, end, st, &r, i) < 0) goto fail;
-        int64_t offset = b->base_offset + r.off_delta, ts = rec_ts(b, &r);
-        fr->read++;
-        if (retain(m, st, d, &r, offset, ts)) {
-            keep[i >> 3] |= (uint8_t)(1 << (i & 7));
-            fr->retained++;
-            if (!r.has_value) fr->tombstones++;
-            if (fr->first_ts == INT64_MIN) fr->first_ts = ts;
-            if (ts > fr->max_ts) fr->max_ts = ts;
+    for (int64_t i0 = 0; i0 < count;) {
+        int n = parse_window(&p, end, st, b, i0, count, items);
+        if (n < 0) goto fail;
+        for (int k = 0; k < n; k++)
+            if (items[k].r.key && items[k].offset <= d->latest) hash_and_prefetch(m, &items[k]);
+        for (int k = 0; k < n; k++) {
+            const Item *it = &items[k];
+            int64_t i = i0 + k;
+            fr->read++;
+            if (retain(m, st, d, it)) {
+                keep[i >> 3] |= (uint8_t)(1 << (i & 7));
+                fr->retained++;
+                if (!it->r.has_value) fr->tombstones++;
+                if (fr->first_ts == INT64_MIN) fr->first_ts = it->ts;
+                if (it->ts > fr->max_ts) fr->max_ts = it->ts;
+            }
         }
+        i0 += n;
     }
     if (p != end) {
         PyErr_Format(CleanError, "%lld bytes after the %lld records the batch declares", (long long)(end - p),

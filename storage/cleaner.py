@@ -757,7 +757,7 @@ class Cleaner:
         if h.compression == 0:
             return payload
         try:
-            return _compression.decompress(h.compression, payload)
+            return _compression.decompress_stored(h.compression, payload)
         except _compression.CompressionError as e:
             raise CleanError(f"{path}: cannot decompress the batch at offset {h.base_offset}: {e}") from None
 

@@ -319,6 +319,7 @@ class CleanerMetrics:
     last_clean_end_ms: int = 0  # wall-clock time the last clean was swapped in (0: none yet)
     last_clean_seconds: float = 0.0
     max_clean_seconds: float = 0.0
+    clean_seconds_total: float = 0.0
     last_buffer_utilization: float = 0.0
     last_recopy_ratio: float = 0.0
     max_dirty_ratio: float = 0.0
@@ -357,12 +358,25 @@ class LogCleaner:
         per = (int(cfg.log_cleaner_dedupe_buffer_size) // threads, self.load_factor,
                max(int(cfg.log_cleaner_io_buffer_size) // threads // 2, 64 * 1024),
                float(cfg.log_cleaner_io_max_bytes_per_second) / threads)
-        if len(self._workers) != threads or (self._workers and self._workers[0].args != per):
-            for w in self._workers:
+        if getattr(self, "_per_worker", None) not in (None, per) or len(self._workers) != threads:
+            logger.info("log cleaner settings now: %d worker(s), %d bytes of offset map and %.0f bytes/s of I/O each",
+                        threads, per[0], per[3])
+        # idle workers with other settings stop (started again on demand); busy ones finish first
+        for w in list(self._workers):
+            if w.busy_with is None and (w.args != per or w.index >= threads):
+                w.stop()
+                if w.index >= threads:
+                    self._workers.remove(w)
+        have = {w.index for w in self._workers}
+        for i in range(threads):
+            if i not in have:
+                self._workers.append(_Worker(i, *per))
+            else:
+                w = next(w for w in self._workers if w.index == i)
                 if w.busy_with is None:
-                    w.stop()
-            self._workers = [w for w in self._workers if w.busy_with is not None]
-            self._workers += [_Worker(i, *per) for i in range(len(self._workers), threads)]
+                    w.args = per
+        self._workers.sort(key=lambda w: w.index)
+        self._threads = threads
         self._per_worker = per
         self._inline_throttler = Throttler(per[3])
 
@@ -459,13 +473,19 @@ class LogCleaner:
         """Collect finished cleans (swapping them in), then start new ones when due.
         Returns the number of cleans swapped in. Called from the broker's loop."""
         done = 0
-        for w in self._workers:
+        if self.lm.broker_config is not self.cfg:  # dynamic broker configs changed (log.cleaner.*)
+            self.reconfigure(self.lm.broker_config)
+        for w in list(self._workers):
             if w.busy_with is not None:
                 answer = w.poll()
                 if answer is not None:
                     ltc, w.busy_with = w.busy_with, None
                     done += self._finish(ltc, answer)
                     self._next_check_ms = 0  # look again at once, as Kafka's cleaner thread does
+                    if w.args != self._per_worker or w.index >= self._threads:
+                        w.stop()  # reconfigured while it cleaned: restarted with the new settings on demand
+                        if w.index >= self._threads:
+                            self._workers.remove(w)
         if not self.enabled:
             return done
         now = self.clock.monotonic_ms()
@@ -579,6 +599,7 @@ class LogCleaner:
         m.last_clean_end_ms = self.clock.time_ms()
         m.last_clean_seconds = st.elapsed_s
         m.max_clean_seconds = max(m.max_clean_seconds, st.elapsed_s)
+        m.clean_seconds_total += st.elapsed_s
         m.last_buffer_utilization = st.buffer_utilization
         m.last_recopy_ratio = st.bytes_written / st.bytes_read if st.bytes_read else 0.0
         m.peak_rss_bytes = max(m.peak_rss_bytes, st.peak_rss_bytes)

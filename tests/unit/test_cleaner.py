@@ -545,3 +545,21 @@ def test_a_worker_process_cleans_and_the_loop_swaps_it_in(tmp_path):
     finally:
         c.shutdown()
         lm.shutdown()
+
+
+def test_log_cleaner_settings_change_at_run_time(tmp_path):
+    """log.cleaner.* are dynamic broker configs, as Kafka's LogCleaner.ReconfigurableConfigs."""
+    from config.describe import is_dynamic
+
+    lm, cfg, clock = make_lm(tmp_path)
+    c = cleaner(lm, cfg, clock)
+    assert c.backoff_ms == 15000 and len(c._workers) == 1
+    for name in ("log.cleaner.threads", "log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
+                 "log.cleaner.dedupe.buffer.size", "log.cleaner.compaction.strategy"):
+        assert is_dynamic(name), name
+    lm.set_dynamic_broker_configs(default={"log.cleaner.backoff.ms": "250", "log.cleaner.threads": "2",
+                                           "log.cleaner.dedupe.buffer.size": str(64 * 1024 * 1024)})
+    c.tick()
+    assert c.backoff_ms == 250 and [w.index for w in c._workers] == [0, 1]
+    assert all(w.args[0] == 32 * 1024 * 1024 for w in c._workers)
+    lm.shutdown()

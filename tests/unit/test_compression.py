@@ -158,3 +158,23 @@ def test_gzip_invalid():
     with pytest.raises(CompressionError):
         decompress(C.GZIP, b"\x1f\x8b" + b"\x00" * 30)
     assert zlib  # keep import used
+
+
+def test_decompress_stored_is_one_shot_and_falls_back_for_kafkas_quirks():
+    """What the log cleaner reads back: every codec whole, an LZ4 frame with Kafka's
+    legacy header checksum, two concatenated zstd frames, and damaged input refused."""
+    import os
+
+    from protocol import compression as C
+
+    for codec in (1, 2, 3, 4):
+        for n in (0, 10, 100_000, 3_000_000):
+            data = os.urandom(n // 2) + b"a" * (n - n // 2)
+            assert C.decompress_stored(codec, C.compress(codec, data)) == data
+    legacy = C.compress(3, b"hello" * 100, legacy_lz4_checksum=True)
+    assert C.decompress_stored(3, legacy) == b"hello" * 100
+    assert C.decompress_stored(4, C.compress(4, b"x" * 1000) + C.compress(4, b"y" * 10)) == b"x" * 1000 + b"y" * 10
+    with pytest.raises(C.CompressionError):
+        C.decompress_stored(3, b"garbage-garbage")
+    with pytest.raises(C.CompressionError):
+        C.decompress_stored(4, C.compress(4, b"z" * 5000)[:-3])
