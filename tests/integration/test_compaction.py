@@ -315,3 +315,51 @@ def test_a_broker_with_a_cleaner_worker_stops_cleanly_on_sigterm(broker_factory)
     assert "started log cleaner worker 0" in b.log_text()
     assert b.stop() == 0
     assert (b.log_dir / ".kafka_cleanshutdown").exists()
+
+
+def test_transaction_state_is_compacted_and_producers_resume_after_restart(broker_factory):
+    b = broker_factory({"transaction.state.log.num.partitions": "1", "transaction.state.log.segment.bytes": "20000",
+                        "log.cleaner.backoff.ms": "100", "log.roll.ms": "1000",
+                        "log.cleaner.min.cleanable.ratio": "0.01"})
+    topic = create_topic(b.bootstrap, unique_topic("txn-out"), {})
+    tid = unique_topic("compacted-tid")
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+    p.init_transactions(30)
+    for i in range(60):
+        p.begin_transaction()
+        p.produce(topic, value=b"%d" % i)
+        p.commit_transaction(30)
+        if i % 20 == 19:
+            time.sleep(1.1)  # record time moves on: the state partition rolls
+    part = b.log_dir / "__transaction_state-0"
+
+    def state_records():
+        n = 0
+        for name in os.listdir(part):
+            if name.endswith(".log"):
+                data = (part / name).read_bytes()
+                n += sum(h.records_count for _pos, h in R.iter_batches(data))
+        return n
+
+    # 181 records were written (Ongoing, PrepareCommit, CompleteCommit per transaction);
+    # the cleaner keeps the last of them plus what the active segment holds
+    deadline = time.monotonic() + 60
+    while state_records() > 90 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert state_records() <= 90 and "cleaned __transaction_state-0" in b.log_text()
+    b.restart(graceful=False)
+    p2 = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+    p2.init_transactions(30)  # fences the first instance: the id's state was replayed
+    p2.begin_transaction()
+    p2.produce(topic, value=b"after restart")
+    p2.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique_topic("txn-read"),
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, deadline = [], time.monotonic() + 20
+    while len(got) < 61 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == [b"%d" % i for i in range(60)] + [b"after restart"]

@@ -522,26 +522,36 @@ def test_deleting_a_topic_drops_its_checkpoint_and_a_clean_under_way(tmp_path):
     lm.shutdown()
 
 
-def test_a_worker_process_cleans_and_the_loop_swaps_it_in(tmp_path):
-    """The real path: a spawned worker process, polled by tick() as the broker does."""
+def test_worker_processes_clean_and_the_loop_swaps_it_in(tmp_path):
+    """The real path: spawned worker processes (log.cleaner.threads=2, two partitions
+    cleaned at once), polled by tick() as the broker does."""
     import time
 
     from storage.log_cleaner import LogCleaner
 
-    lm, cfg, clock = make_lm(tmp_path, log_cleaner_backoff_ms=0)
-    log = compact_topic(lm)
+    lm, cfg, clock = make_lm(tmp_path, log_cleaner_backoff_ms=0, log_cleaner_threads=2,
+                             log_cleaner_dedupe_buffer_size=4 * 1024 * 1024)
+    logs = []
+    for name in ("t1", "t2"):
+        compact_topic(lm, name)
+        logs.append(lm.get_log(name, 0))
     for i in range(200):
-        append(log, clock, [(b"k%d" % (i % 5), b"v%d" % i + b"." * 100)])
-    active = log.active_segment.base_offset
+        for log in logs:
+            append(log, clock, [(b"k%d" % (i % 5), b"v%d" % i + b"." * 100)])
+    actives = [log.active_segment.base_offset for log in logs]
     c = LogCleaner(lm, cfg, clock)
     try:
+        c.tick()
+        assert sum(1 for w in c._workers if w.busy_with is not None) == 2  # both at once
         deadline = time.monotonic() + 60
-        while c.metrics.runs == 0 and time.monotonic() < deadline:
+        while c.metrics.runs < 2 and time.monotonic() < deadline:
             c.tick()
             time.sleep(0.02)
-        assert c.metrics.runs == 1, c.metrics
-        assert len([r for r in read_all(log) if r[0] < active]) == 5
+        assert c.metrics.runs == 2, c.metrics
+        for log, active in zip(logs, actives):
+            assert len([r for r in read_all(log) if r[0] < active]) == 5
         assert c.metrics.peak_rss_bytes > 0 and c.metrics.bytes_read > 0
+        assert len({w.proc.pid for w in c._workers}) == 2
     finally:
         c.shutdown()
         lm.shutdown()
@@ -562,4 +572,24 @@ def test_log_cleaner_settings_change_at_run_time(tmp_path):
     c.tick()
     assert c.backoff_ms == 250 and [w.index for w in c._workers] == [0, 1]
     assert all(w.args[0] == 32 * 1024 * 1024 for w in c._workers)
+    lm.shutdown()
+
+
+def test_retention_by_time_on_compact_delete_uses_the_cleaned_segments_record_times(tmp_path):
+    lm, cfg, clock = make_lm(tmp_path)
+    log = compact_topic(lm, cleanup_policy="compact,delete", retention_ms=3_600_000)
+    old = START_MS - 2 * 3_600_000
+    for i in range(30):
+        append(log, clock, [(b"old%d" % (i % 4), b"v" * 300, old + i)])
+    log.roll()
+    for i in range(30):
+        append(log, clock, [(b"new%d" % (i % 4), b"v" * 300)])
+    log.roll()
+    append(log, clock, [(b"tail", b"x")])
+    cleaner(lm, cfg, clock).clean_once()
+    for seg in log.segments:  # file times say "just written": they must not count
+        os.utime(seg.log_path)
+    assert lm.cleanup_logs() >= 1
+    keys = {r[2] for r in read_all(log)}
+    assert not any(k.startswith(b"old") for k in keys) and {b"new0", b"new3", b"tail"} <= keys
     lm.shutdown()
