@@ -344,10 +344,14 @@ def _batch_payload(buf, pos: int, header: BatchHeader, max_size: int | None = No
 
 
 def _decode(data, count: int, base_offset: int, base_ts: int, lat: int | None,
-            want_kv: bool) -> Iterator:
+            want_kv: bool, raw: bool = False) -> Iterator:
+    """The one reader of a batch's records bytes: yields :class:`Record` (``want_kv``:
+    with keys, values and headers) or, with ``raw``, :class:`RawRecord` (the stored
+    bytes of key, value and headers kept whole)."""
     pos = 0
     end = len(data)
     rv = _read_varint
+    mv = memoryview(data) if raw else data
     try:
         for _ in range(count):
             length, pos = rv(data, pos)
@@ -358,11 +362,12 @@ def _decode(data, count: int, base_offset: int, base_ts: int, lat: int | None,
             pos += 1
             ts_delta, pos = rv(data, pos)
             off_delta, pos = rv(data, pos)
+            body_start = pos
             klen, pos = rv(data, pos)
             if klen < 0:
                 key = None
             else:
-                key = bytes(data[pos:pos + klen]) if want_kv else None
+                key = bytes(data[pos:pos + klen]) if want_kv or raw else None
                 pos += klen
             vlen, pos = rv(data, pos)
             if vlen < 0:
@@ -386,13 +391,19 @@ def _decode(data, count: int, base_offset: int, base_ts: int, lat: int | None,
                 else:
                     hval = bytes(data[pos:pos + hv])
                     pos += hv
-                if want_kv:
+                if raw:
+                    headers.append((hkey, hval))
+                elif want_kv:
                     headers.append((hkey.decode("utf-8", "replace"), hval))
             if pos - start != length:
                 raise InvalidRecordError(
                     f"invalid record size: expected {length} bytes in record payload, read {pos - start}")
             ts = lat if lat is not None else base_ts + ts_delta
-            yield Record(base_offset + off_delta, ts, key, value, headers, attrs)
+            if raw:
+                yield RawRecord(base_offset + off_delta, ts, attrs, key, vlen >= 0, bytes(mv[body_start:pos]),
+                                tuple(headers))
+            else:
+                yield Record(base_offset + off_delta, ts, key, value, headers, attrs)
     except IndexError:
         raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
     if pos != end:
@@ -655,57 +666,7 @@ class RawRecord(NamedTuple):
 def iter_raw_records(data, count: int, base_offset: int, base_ts: int, lat: int | None) -> Iterator[RawRecord]:
     """The records of a batch's (decompressed) records bytes, with their stored bytes.
     Raises InvalidRecordError for a malformed record or a count that does not match."""
-    pos = 0
-    end = len(data)
-    rv = _read_varint
-    mv = memoryview(data)
-    try:
-        for _ in range(count):
-            length, pos = rv(data, pos)
-            start = pos
-            if length < 0 or pos + length > end:
-                raise InvalidRecordError(f"invalid record length {length}")
-            rec_end = pos + length
-            attrs = data[pos]
-            pos += 1
-            ts_delta, pos = rv(data, pos)
-            off_delta, pos = rv(data, pos)
-            body_start = pos
-            klen, pos = rv(data, pos)
-            key = None
-            if klen >= 0:
-                key = bytes(mv[pos:pos + klen])
-                pos += klen
-            vlen, pos = rv(data, pos)
-            if vlen >= 0:
-                pos += vlen
-            nh, pos = rv(data, pos)
-            if nh < 0:
-                raise InvalidRecordError(f"invalid number of record headers {nh}")
-            headers = []
-            for _h in range(nh):
-                hk, pos = rv(data, pos)
-                if hk < 0:
-                    raise InvalidRecordError(f"invalid negative header key size {hk}")
-                hkey = bytes(mv[pos:pos + hk])
-                pos += hk
-                hv, pos = rv(data, pos)
-                hval = None
-                if hv >= 0:
-                    hval = bytes(mv[pos:pos + hv])
-                    pos += hv
-                headers.append((hkey, hval))
-            if pos != rec_end:
-                raise InvalidRecordError(
-                    f"invalid record size: expected {length} bytes in record payload, read {pos - start}")
-            ts = lat if lat is not None else base_ts + ts_delta
-            yield RawRecord(base_offset + off_delta, ts, attrs, key, vlen >= 0, bytes(mv[body_start:rec_end]),
-                            tuple(headers))
-    except IndexError:
-        raise InvalidRecordError("record data underflow: batch is shorter than its records") from None
-    if pos != end:
-        raise InvalidRecordError(
-            f"incorrect declared batch size, {end - pos} bytes remaining after {count} records")
+    return _decode(data, count, base_offset, base_ts, lat, False, raw=True)
 
 
 def encode_raw_records(records: Iterable[RawRecord], base_offset: int, base_timestamp: int) -> bytes:

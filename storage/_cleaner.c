@@ -737,6 +737,16 @@ static int parse_strategy(int strategy, Py_buffer *hname, Strategy *st) {
 
 /* ------------------------------------------------------------------ module functions */
 
+/* the error being raised, prefixed with the offset of the batch it is in */
+static void name_batch(int64_t base_offset) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_Format(CleanError, "batch at offset %lld: %S", (long long)base_offset, v ? v : Py_None);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+}
+
 /* map_batches(map, buf, pos, start_offset, strategy, header_name, max_entries)
  *   -> (pos, status, records_read, bytes_read) */
 static PyObject *py_map_batches(PyObject *self, PyObject *args) {
@@ -769,10 +779,7 @@ static PyObject *py_map_batches(PyObject *self, PyObject *args) {
         int r = map_payload(m, b + pos + HEADER_SIZE, b + pos + size, h.count, &bc, start_offset, &st, max_entries,
                             &read);
         if (r < 0) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_Format(CleanError, "batch at offset %lld: %S", (long long)h.base_offset, v ? v : Py_None);
-            Py_XDECREF(t); Py_XDECREF(v); Py_XDECREF(tb);
+            name_batch(h.base_offset);
             goto done;
         }
         if (r == 1) { status = ST_FULL; break; }
@@ -909,10 +916,7 @@ static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
         if (out_reserve(&out, HEADER_SIZE) < 0) goto done;
         out.len += HEADER_SIZE;
         if (filter_payload(m, &st, &d, payload, pend, h.count, &bc, set_horizon, &out, &fr) < 0) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_Format(CleanError, "batch at offset %lld: %S", (long long)h.base_offset, v ? v : Py_None);
-            Py_XDECREF(t); Py_XDECREF(v); Py_XDECREF(tb);
+            name_batch(h.base_offset);
             goto done;
         }
         invalid += d.invalid;

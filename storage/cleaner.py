@@ -683,42 +683,54 @@ class Cleaner:
         finally:
             idx.close()
 
-    def _map_segment(self, task, seg, start_offset, txn, stats, max_entries) -> bool:
-        impl, m = self.impl, self.map
+    def _walk_segment(self, task, seg, start_pos: int, process) -> bool:
+        """Read a segment's .log from ``start_pos`` in buffers of whole batches (one larger
+        batch read whole, as Kafka's growBuffersOrFail); ``process(path, buf)`` returns
+        (bytes of whole batches it used, whether to stop). True when it stopped the walk."""
         reader = _SegmentReader(os.path.join(task.dir, f"{seg.base_offset:020d}.log"), seg.size)
         try:
-            file_pos = self._start_position(task, seg, start_offset)
+            file_pos = start_pos
             bufsize = self.io_buffer_size
             while file_pos < seg.size:
                 self.check_done()
                 buf = reader.read(file_pos, bufsize)
                 self.throttler.maybe_throttle(len(buf))
-                pos = 0
-                while True:
-                    try:
-                        pos, status, read, nbytes = impl.map_batches(m, buf, pos, start_offset, self._strategy,
-                                                                     self._header, max_entries)
-                    except impl.CleanError as e:
-                        raise CleanError(f"{reader.path}: {e}") from None
-                    stats.map_messages_read += read
-                    stats.map_bytes_read += nbytes
-                    if status == ST_FULL:
-                        return True
-                    if status == ST_END:
-                        break
-                    h = R.parse_batch_header(buf, pos)
-                    if self._map_python_batch(task, reader.path, buf, pos, h, start_offset, txn, stats, max_entries):
-                        return True
-                    pos += h.size
-                    stats.map_bytes_read += h.size
-                if pos == 0:
+                used, stop = process(reader.path, buf)
+                if stop:
+                    return True
+                if used == 0:
                     bufsize = self._grow(reader, buf, file_pos, bufsize, task)
                     continue
-                file_pos += pos
+                file_pos += used
                 bufsize = self.io_buffer_size
             return False
         finally:
             reader.close()
+
+    def _map_segment(self, task, seg, start_offset, txn, stats, max_entries) -> bool:
+        impl, m = self.impl, self.map
+
+        def process(path, buf):
+            pos = 0
+            while True:
+                try:
+                    pos, status, read, nbytes = impl.map_batches(m, buf, pos, start_offset, self._strategy,
+                                                                 self._header, max_entries)
+                except impl.CleanError as e:
+                    raise CleanError(f"{path}: {e}") from None
+                stats.map_messages_read += read
+                stats.map_bytes_read += nbytes
+                if status == ST_FULL:
+                    return pos, True
+                if status == ST_END:
+                    return pos, False
+                h = R.parse_batch_header(buf, pos)
+                if self._map_python_batch(task, path, buf, pos, h, start_offset, txn, stats, max_entries):
+                    return pos, True
+                pos += h.size
+                stats.map_bytes_read += h.size
+
+        return self._walk_segment(task, seg, self._start_position(task, seg, start_offset), process)
 
     def _map_python_batch(self, task, path, buf, pos, h, start_offset, txn, stats, max_entries) -> bool:
         m = self.map
@@ -808,48 +820,37 @@ class Cleaner:
 
     def _clean_into(self, task, seg, dest: LogSegment, txn, stats, protected) -> None:
         impl, m = self.impl, self.map
-        reader = _SegmentReader(os.path.join(task.dir, f"{seg.base_offset:020d}.log"), seg.size)
         upper = task.first_uncleanable_offset
-        try:
-            file_pos = 0
-            bufsize = self.io_buffer_size
-            while file_pos < seg.size:
-                self.check_done()
-                buf = reader.read(file_pos, bufsize)
-                self.throttler.maybe_throttle(len(buf))
-                pos = 0
-                while True:
-                    try:
-                        pos, status, out, infos, counts, last_pos = impl.filter_batches(
-                            m, buf, pos, task.now_ms, task.delete_retention_ms, protected, upper, self._strategy,
-                            self._header)
-                    except impl.CleanError as e:
-                        raise CleanError(f"{reader.path}: {e}") from None
-                    if last_pos >= 0:
-                        self._last_header = R.parse_batch_header(buf, last_pos)
-                    read, bytes_read, kept, _bytes_kept, invalid = counts
-                    stats.messages_read += read
-                    stats.bytes_read += bytes_read
-                    stats.messages_written += kept
-                    stats.invalid_messages += invalid
-                    self._write(dest, out, infos, stats)
-                    if status == ST_END:
-                        break
-                    h = self._last_header = R.parse_batch_header(buf, pos)
-                    out, info, kept = self._filter_python_batch(task, reader.path, buf, pos, h, txn, stats, protected)
-                    stats.messages_read += max(h.records_count, 0)
-                    stats.bytes_read += h.size
-                    stats.messages_written += kept
-                    if out is not None:
-                        self._write(dest, out, [info], stats)
-                    pos += h.size
-                if pos == 0:
-                    bufsize = self._grow(reader, buf, file_pos, bufsize, task)
-                    continue
-                file_pos += pos
-                bufsize = self.io_buffer_size
-        finally:
-            reader.close()
+
+        def process(path, buf):
+            pos = 0
+            while True:
+                try:
+                    pos, status, out, infos, counts, last_pos = impl.filter_batches(
+                        m, buf, pos, task.now_ms, task.delete_retention_ms, protected, upper, self._strategy,
+                        self._header)
+                except impl.CleanError as e:
+                    raise CleanError(f"{path}: {e}") from None
+                if last_pos >= 0:
+                    self._last_header = R.parse_batch_header(buf, last_pos)
+                read, bytes_read, kept, _bytes_kept, invalid = counts
+                stats.messages_read += read
+                stats.bytes_read += bytes_read
+                stats.messages_written += kept
+                stats.invalid_messages += invalid
+                self._write(dest, out, infos, stats)
+                if status == ST_END:
+                    return pos, False
+                h = self._last_header = R.parse_batch_header(buf, pos)
+                out, info, kept = self._filter_python_batch(task, path, buf, pos, h, txn, stats, protected)
+                stats.messages_read += max(h.records_count, 0)
+                stats.bytes_read += h.size
+                stats.messages_written += kept
+                if out is not None:
+                    self._write(dest, out, [info], stats)
+                pos += h.size
+
+        self._walk_segment(task, seg, 0, process)
 
     def _write(self, dest: LogSegment, out, infos, stats) -> None:
         if not infos:

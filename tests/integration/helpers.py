@@ -283,6 +283,13 @@ def wait_for_bootstrap(bootstrap: str, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (for a broker's metrics.port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while True:

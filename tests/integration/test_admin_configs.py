@@ -30,7 +30,7 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.timeout(180)
 
 MIN = 60_000
-TOPIC_CONFIG_COUNT = 36  # Kafka's LogConfig properties that Chronolog knows (config.topic_config.TOPIC_KEYS)
+TOPIC_CONFIG_COUNT = 38  # Kafka's LogConfig properties that Chronolog knows, and KIP-280's two (config.topic_config.TOPIC_KEYS)
 
 
 # ---------------------------------------------------------------------------------------

@@ -22,25 +22,17 @@ from confluent_kafka.admin import AdminClient
 
 from protocol import records as R
 from storage.checkpoint import read_checkpoint
-from tests.integration.helpers import REPO_ROOT, create_topic, unique_topic
+from tests.integration.helpers import REPO_ROOT, create_topic, free_port, unique_topic
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "200000", "segment.ms": "1000",
            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "2000"}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def cbroker(tmp_path_factory):
     from tests.integration.helpers import Broker
 
-    port = _free_port()
+    port = free_port()
     b = Broker(tmp_path_factory.mktemp("compaction-broker"),
                {"log.cleaner.backoff.ms": "100", "metrics.port": str(port), "auto.create.topics.enable": "false",
                 "group.initial.rebalance.delay.ms": "0"}).start()
@@ -242,22 +234,21 @@ def test_consumer_offsets_is_compacted_and_groups_survive_restart(broker_factory
     admin.delete_consumer_groups([gone], request_timeout=15)[gone].result()
     records_before, _ = _offsets_records(b)
     assert records_before > 600
-    # more commits a second later roll the partition; the cleaner then compacts it
-    time.sleep(1.2)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": keep, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, 0, 601)], asynchronous=False)
-    time.sleep(1.2)
-    c.commit(offsets=[TopicPartition(topic, 0, 602)], asynchronous=False)
+
+    def commit_later(offset):
+        """Commits a second apart roll the partition (log.roll.ms on record time)."""
+        for o in (offset, offset + 1):
+            time.sleep(1.2)
+            c.commit(offsets=[TopicPartition(topic, 0, o)], asynchronous=False)
+
+    commit_later(601)  # the cleaner then compacts what came before
     deadline = time.monotonic() + 60
     while _offsets_records(b)[0] > 20 and time.monotonic() < deadline:
         time.sleep(0.2)
     records_after, _ = _offsets_records(b)
     assert records_after <= 20, (records_before, records_after)
-    # the deleted group's tombstones go with a clean after delete.retention.ms
-    time.sleep(1.2)
-    c.commit(offsets=[TopicPartition(topic, 0, 603)], asynchronous=False)
-    time.sleep(1.2)
-    c.commit(offsets=[TopicPartition(topic, 0, 604)], asynchronous=False)
+    commit_later(603)  # the deleted group's tombstones go with a clean after delete.retention.ms
     deadline = time.monotonic() + 60
     while _offsets_records(b)[1] > 0 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -8,7 +8,6 @@ compared before/after.
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -20,15 +19,9 @@ from tests.integration import helpers
 from tests.integration.helpers import now_ms
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mbroker(tmp_path_factory):
-    port = _free_port()
+    port = helpers.free_port()
     b = helpers.start_broker(tmp_path_factory.mktemp("metrics-broker"), {
         "metrics.port": str(port),
         "auto.create.topics.enable": "false",
