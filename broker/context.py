@@ -9,6 +9,8 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
+from broker.errors import StartupError
+
 log = logging.getLogger("chronolog.broker")
 
 
@@ -124,12 +126,12 @@ def load_or_create_cluster_id(log_dirs: list[str], node_id: int) -> str:
                 props[k.strip()] = v.strip()
         stored_node = props.get("node.id")
         if stored_node is not None and int(stored_node) != node_id:
-            raise SystemExit(
+            raise StartupError(
                 f"log dir {d} belongs to node.id={stored_node} but this broker has node.id={node_id}"
             )
         if props.get("cluster.id"):
             if cluster_id is not None and props["cluster.id"] != cluster_id:
-                raise SystemExit(f"log dirs disagree on cluster.id ({cluster_id} vs {props['cluster.id']} in {d})")
+                raise StartupError(f"log dirs disagree on cluster.id ({cluster_id} vs {props['cluster.id']} in {d})")
             cluster_id = props["cluster.id"]
     if cluster_id is None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

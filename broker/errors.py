@@ -45,3 +45,8 @@ def error_code_for(exc: BaseException) -> int:
         pass
     log.error("unexpected error", exc_info=exc)
     return int(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+class StartupError(Exception):
+    """The broker cannot start: the message is the one line the operator gets (a port
+    in use, a log dir that cannot be used or is another broker's, node ids that differ)."""

@@ -9,12 +9,14 @@ checkpoints and the clean-shutdown marker, and returns (exit code 0).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
 import threading
 
 from broker.context import BrokerContext, load_or_create_cluster_id
+from broker.errors import StartupError
 from broker.dispatcher import Dispatcher
 from broker.connection import KafkaConnection, TlsServer
 from broker.handlers.init_producer_id import ProducerIdManager
@@ -64,12 +66,68 @@ class BrokerServer:
         self._stopping = False
 
     async def start(self) -> None:
+        """Start everything; a failure stops what was started and raises StartupError
+        with one line for the operator (the cause is logged at DEBUG)."""
+        from storage.errors import LogDirError
+
+        try:
+            await self._start()
+        except StartupError:
+            await self._abort_start()
+            raise
+        except LogDirError as exc:
+            await self._abort_start()
+            raise StartupError(str(exc)) from exc
+        except BaseException:
+            await self._abort_start()
+            raise
+
+    async def _abort_start(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for server in getattr(self, "servers", []):
+            server.close()
+        cleaner = getattr(self, "cleaner", None)
+        if cleaner is not None:
+            cleaner.shutdown()
+        ctx = getattr(self, "_ctx", None)
+        if ctx is not None:
+            ctx.close()
+        if self.log_manager._started:
+            try:
+                self.log_manager.shutdown()
+            except Exception:  # pragma: no cover - already failing
+                log.debug("closing the logs after a failed start", exc_info=True)
+        else:
+            self.log_manager.unlock_dirs()
+
+    async def _bind(self, lst, loop):
+        try:
+            if lst.tls:  # handshakes run by TlsServer: failures logged, the current keystore used
+                return await TlsServer.start(self.dispatcher, lst, lst.host, lst.port, backlog=1024)
+            return await loop.create_server(
+                lambda lst=lst: KafkaConnection(self.dispatcher, lst),
+                host=lst.host,
+                port=lst.port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except OSError as exc:
+            why = {errno.EADDRINUSE: "the address is already in use (another broker or program holds it)",
+                   errno.EACCES: "permission denied (ports below 1024 need privileges)",
+                   errno.EADDRNOTAVAIL: "the address is not one of this machine's"}.get(exc.errno, exc.strerror)
+            raise StartupError(
+                f"cannot listen on {lst.host or '0.0.0.0'}:{lst.port} for listener {lst.name}: {why}; "
+                f"change it in `listeners`") from exc
+
+    async def _start(self) -> None:
         cfg = self.config
         from broker.security.listeners import build_listeners
         from storage.scram_credentials import ScramCredentialStore
 
         listeners = build_listeners(cfg)  # ConfigError (TLS files, JAAS) before anything binds
         host, port = listeners[0].host, listeners[0].port
+        self.log_manager.lock_dirs()  # before anything is written to them
         cluster_id = load_or_create_cluster_id(list(cfg.log_dirs), cfg.node_id)
         metrics = None
         if (getattr(cfg, "metrics_port", 0) or 0) > 0:
@@ -131,17 +189,9 @@ class BrokerServer:
             metrics.attach_cleaner(self.cleaner)
         self._tasks.append(asyncio.ensure_future(self._periodic("log cleaner", _CLEANER_TICK_MS, self.cleaner.tick)))
         self.servers = []
+        self._ctx = ctx
         for lst in listeners:
-            if lst.tls:  # handshakes run by TlsServer: failures logged, the current keystore used
-                server = await TlsServer.start(self.dispatcher, lst, lst.host, lst.port, backlog=1024)
-            else:
-                server = await loop.create_server(
-                    lambda lst=lst: KafkaConnection(self.dispatcher, lst),
-                    host=lst.host,
-                    port=lst.port,
-                    reuse_address=True,
-                    backlog=1024,
-                )
+            server = await self._bind(lst, loop)
             self.servers.append(server)
             lst.port = server.sockets[0].getsockname()[1]
         self.server = self.servers[0]
@@ -374,7 +424,12 @@ async def serve(config) -> None:
                 loop.add_signal_handler(sig, on_signal, sig)
             except NotImplementedError:  # pragma: no cover
                 pass
-    await server.start()
+    try:
+        await server.start()
+    except StartupError as exc:
+        log.error("Chronolog could not start: %s", exc)
+        log.debug("start-up failure", exc_info=True)
+        raise
     await stop.wait()
     log.info("shutting down")
     watchdog = threading.Timer(timeout_ms / 1000.0, _shutdown_overdue, args=(timeout_ms,))

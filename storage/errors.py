@@ -23,6 +23,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",
+    "LogDirError",
 ]
 
 
@@ -117,3 +118,8 @@ class InvalidTxnStateError(StorageError):
 class TransactionCoordinatorFencedError(StorageError):
     """A transaction marker from a coordinator epoch older than the producer's last one
     (TRANSACTION_COORDINATOR_FENCED)."""
+
+
+class LogDirError(StorageError):
+    """A log dir that cannot be used at start-up: not creatable, not writable, or locked
+    by another broker. The message is the one line the operator gets."""

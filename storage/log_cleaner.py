@@ -358,9 +358,9 @@ class LogCleaner:
         per = (int(cfg.log_cleaner_dedupe_buffer_size) // threads, self.load_factor,
                max(int(cfg.log_cleaner_io_buffer_size) // threads // 2, 64 * 1024),
                float(cfg.log_cleaner_io_max_bytes_per_second) / threads)
-        if getattr(self, "_per_worker", None) not in (None, per) or len(self._workers) != threads:
-            logger.info("log cleaner settings now: %d worker(s), %d bytes of offset map and %.0f bytes/s of I/O each",
-                        threads, per[0], per[3])
+        if getattr(self, "_per_worker", None) is not None and (self._per_worker != per or self._threads != threads):
+            logger.info("log cleaner settings now: %d worker(s), each with %d bytes of offset map and %s of I/O",
+                        threads, per[0], "no limit" if per[3] >= 1e300 else f"{per[3]:.0f} bytes/s")
         # idle workers with other settings stop (started again on demand); busy ones finish first
         for w in list(self._workers):
             if w.busy_with is None and (w.args != per or w.index >= threads):

@@ -20,7 +20,10 @@ On disk, per log dir:
   removes the marker, then loads each log trusting its indexes (clean) or recovering it
   from its recovery point (unclean; see :class:`storage.log.Log`);
 * ``<topic>-<partition>.<uuid hex>-delete/``: a partition being deleted (removed at
-  startup if a crash interrupted the deletion).
+  startup if a crash interrupted the deletion);
+* ``.lock``: an empty file the broker holds an exclusive lock on (``fcntl`` record lock,
+  as Kafka's ``FileChannel.tryLock``) from start-up to shutdown, so two brokers can never
+  share a log dir; the kernel releases it when the process dies.
 
 New partitions go to the log dir holding the fewest partitions (ties: the order of
 ``log.dirs``).
@@ -28,6 +31,7 @@ New partitions go to the log dir holding the fewest partitions (ties: the order 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -40,6 +44,7 @@ from typing import Any, Callable
 
 from storage.errors import (
     InvalidPartitionsError,
+    LogDirError,
     InvalidTopicError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -61,6 +66,7 @@ __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
 logger = logging.getLogger(__name__)
 
 TOPICS_FILE = "__chronolog_topics.json"
+LOCK_FILE = ".lock"
 _METADATA_VERSION = 1
 _MAX_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -116,6 +122,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._generation = 0
         self._started = False
+        self._locks: list[int] = []  # fds holding each log dir's .lock
         # partitions a background clean is reading (storage.log_cleaner): retention skips
         # them until the clean is swapped in, as Kafka's cleaner pauses deletion meanwhile
         self.busy: set[tuple[str, int]] = set()
@@ -123,9 +130,48 @@ class LogManager:
         self.on_partition_deleted: list[Callable[[str, int], None]] = []
 
     # ------------------------------------------------------------------ startup / shutdown
+    def lock_dirs(self) -> None:
+        """Create every log dir, check it is writable and lock it (Kafka's
+        LogManager.lockLogDirs). Raises LogDirError with a one-line reason naming the dir."""
+        if self._locks:
+            return
+        locks = []
+        try:
+            for d in self.log_dirs:
+                try:
+                    os.makedirs(d, exist_ok=True)
+                except OSError as e:
+                    raise LogDirError(f"log.dirs: cannot create the log dir {d}: {e.strerror}") from None
+                if not os.access(d, os.W_OK | os.X_OK):
+                    raise LogDirError(f"log.dirs: the log dir {d} is not writable by this process (uid {os.getuid()})")
+                path = os.path.join(d, LOCK_FILE)
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                except OSError as e:
+                    raise LogDirError(f"log.dirs: cannot create {path}: {e.strerror}") from None
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    raise LogDirError(f"Failed to acquire lock on file .lock in {d}. A Kafka instance in another "
+                                      f"process or thread is using this directory.") from None
+                locks.append(fd)
+        except BaseException:
+            for fd in locks:
+                os.close(fd)
+            raise
+        self._locks = locks
+
+    def unlock_dirs(self) -> None:
+        locks, self._locks = self._locks, []
+        for fd in locks:
+            try:
+                os.close(fd)  # closing the descriptor releases the lock
+            except OSError:  # pragma: no cover
+                pass
+
     def startup(self) -> None:
-        for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+        self.lock_dirs()
         self.load_dynamic_broker_configs()  # before any topic config is resolved
         started = time.perf_counter()
         clean: dict[str, bool] = {}
@@ -229,6 +275,7 @@ class LogManager:
         self._logs.clear()
         self._topics.clear()
         self._started = False
+        self.unlock_dirs()
         if errors:
             raise errors[0]
 

@@ -37,7 +37,7 @@ def test_create_topic_and_get_log(tmp_path):
     assert isinstance(info.topic_id, uuid.UUID) and info.topic_id.version == 4
     assert info.config.segment_bytes == 5000 and info.overrides == {"segment.bytes": "5000"}
     # the checkpoint files exist from startup on (as Kafka creates them)
-    assert sorted(os.listdir(tmp_path)) == sorted([TOPICS_FILE, "events-0", "events-1", "events-2",
+    assert sorted(os.listdir(tmp_path)) == sorted([TOPICS_FILE, "events-0", "events-1", "events-2", ".lock",
                                                    "log-start-offset-checkpoint",
                                                    "recovery-point-offset-checkpoint"])
     log = m.get_log("events", 2)
@@ -106,7 +106,7 @@ def test_delete_topic(tmp_path):
         m.delete_topic("gone")
     with pytest.raises(UnknownTopicOrPartitionError):
         m.get_log("gone", 0)
-    assert sorted(n for n in os.listdir(tmp_path) if "checkpoint" not in n) == [TOPICS_FILE, "kept-0"]
+    assert sorted(n for n in os.listdir(tmp_path) if "checkpoint" not in n and n != ".lock") == [TOPICS_FILE, "kept-0"]
     m.shutdown()
     m = manager([tmp_path])
     assert list(m.topics()) == ["kept"]
@@ -134,8 +134,8 @@ def test_multiple_log_dirs_fewest_partitions(tmp_path):
     m = manager([d1, d2])
     m.create_topic("a", 3)
     m.create_topic("b", 1)
-    in1 = sorted(n for n in os.listdir(d1) if n != TOPICS_FILE and "checkpoint" not in n)
-    in2 = sorted(n for n in os.listdir(d2) if n != TOPICS_FILE and "checkpoint" not in n)
+    in1 = sorted(n for n in os.listdir(d1) if n not in (TOPICS_FILE, ".lock") and "checkpoint" not in n)
+    in2 = sorted(n for n in os.listdir(d2) if n not in (TOPICS_FILE, ".lock") and "checkpoint" not in n)
     assert in1 == ["a-0", "a-2"] and in2 == ["a-1", "b-0"]
     assert (d1 / TOPICS_FILE).exists() and (d2 / TOPICS_FILE).exists()
     append(m.get_log("a", 1), [build_batch([(7, b"v")])])
