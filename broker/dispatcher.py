@@ -3,7 +3,10 @@
 The supported API versions live here (``SUPPORTED``) and are what ApiVersions
 advertises. A request for an API or version outside them is answered the way Kafka
 answers it: ApiVersions gets an UNSUPPORTED_VERSION response in the v0 format (KIP-511),
-anything else closes the connection with a log line naming the API and version.
+anything else closes the connection with a log line naming the API and version. A
+handler that fails unexpectedly gets its request answered with UNKNOWN_SERVER_ERROR in
+every partition or resource (``protocol.error_responses``), as Kafka's handleError; only
+framing errors close a connection.
 """
 
 from __future__ import annotations
@@ -181,19 +184,12 @@ class Dispatcher:
                 result = entry[2](self.ctx, header, request, session=session)
             else:
                 result = entry[2](self.ctx, header, request)
-        except Exception:
-            log.exception(
-                "%s v%d request from %s failed; closing the connection",
-                codec.API_KEYS.get(api_key),
-                version,
-                conn._peer,
-            )
+        except Exception as exc:
             if metrics is not None:
                 metrics.request_failed(api_key, perf_counter() - started)
-            conn.close()
-            return None
+            return self._error_response(conn, header, request, exc)
         if inspect.isawaitable(result):
-            return self._finish_async(header, result, started)
+            return self._finish_async(conn, header, request, result, started)
         if result is None:
             if metrics is not None:
                 metrics.request_done(api_key, None, perf_counter() - started)
@@ -203,14 +199,36 @@ class Dispatcher:
             metrics.request_done(api_key, result, perf_counter() - started)
         return encoded
 
-    async def _finish_async(self, header, awaitable, started: float = 0.0):
+    def _error_response(self, conn, header, request, exc: Exception):
+        """Kafka's KafkaApis.handleError: an unexpected failure answers the request with
+        UNKNOWN_SERVER_ERROR for every partition or resource in it (logged once, with the
+        traceback) and the connection stays open. A produce with acks=0 has no response:
+        its connection is closed, as Kafka closes it."""
+        from protocol.error_responses import error_response
+
+        name = codec.API_KEYS.get(header.api_key)
+        log.error("%s v%d request from %s failed; answering UNKNOWN_SERVER_ERROR", name, header.api_version,
+                  conn._peer, exc_info=exc)
+        if header.api_key == 0 and getattr(request, "acks", 1) == 0:
+            conn.close()
+            return None
+        try:
+            body = error_response(header.api_key, header.api_version, request,
+                                  message=f"Unexpected error: {type(exc).__name__}")
+            return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        except Exception:  # pragma: no cover - the error response itself failed
+            log.exception("no error response for %s v%d; closing the connection", name, header.api_version)
+            conn.close()
+            return None
+
+    async def _finish_async(self, conn, header, request, awaitable, started: float = 0.0):
         metrics = self.metrics
         try:
             response = await awaitable
-        except Exception:
+        except Exception as exc:
             if metrics is not None:
                 metrics.request_failed(header.api_key, perf_counter() - started)
-            raise
+            return self._error_response(conn, header, request, exc)
         if response is None:
             if metrics is not None:
                 metrics.request_done(header.api_key, None, perf_counter() - started)

@@ -1,0 +1,92 @@
+"""A handler that fails unexpectedly (Kafka's KafkaApis.handleError): a real broker, run in
+this process so that a handler can be made to fail, answers the request with
+UNKNOWN_SERVER_ERROR for every partition or resource in it, logs the traceback once and
+keeps the connection open; a produce with acks=0 has no response, so its connection is
+closed, as Kafka closes it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+
+import pytest
+
+from broker import dispatcher
+from broker.server import BrokerServer
+from config import load_broker_config
+from protocol import codec
+from protocol.messages import ApiVersionsRequest, ListGroupsRequest, MetadataRequest, ProduceRequest, RequestHeader
+from tests.integration.helpers import RawConn
+
+UNKNOWN = -1
+
+
+def boom(*_a, **_kw):
+    raise RuntimeError("a handler bug")
+
+
+async def async_boom(*_a, **_kw):
+    await asyncio.sleep(0)
+    raise RuntimeError("an async handler bug")
+
+
+@pytest.fixture
+def broker(tmp_path, monkeypatch):
+    monkeypatch.setitem(dispatcher.SUPPORTED, 16, (0, 4, boom))
+    monkeypatch.setitem(dispatcher.SUPPORTED, 3, (0, 12, boom))
+    monkeypatch.setitem(dispatcher.SUPPORTED, 0, (0, 9, lambda ctx, h, r, session=None: async_boom()))
+    cfg = load_broker_config(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=0"],
+                             env={}, warn=False)
+    server = BrokerServer(cfg)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert started.wait(30)
+    yield server.servers[0].sockets[0].getsockname()[1]
+    asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(10)
+
+
+def call(conn, api_key, version, body, cid):
+    header = RequestHeader(api_key=api_key, api_version=version, correlation_id=cid, client_id="t")
+    conn.send(codec.encode_request(header, body))
+    frame = conn.recv_frame()
+    (got,) = struct.unpack_from(">i", frame, 0)
+    assert got == cid
+    return codec.decode_response(api_key, version, frame)[1]
+
+
+def test_a_failing_handler_answers_unknown_server_error_and_keeps_the_connection(broker, caplog):
+    with RawConn(broker) as conn:
+        lg = call(conn, 16, 4, ListGroupsRequest(), 1)
+        assert lg.error_code == UNKNOWN
+        md = call(conn, 3, 12, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="a"),
+                                                        MetadataRequest.MetadataRequestTopic(name="b")]), 2)
+        assert [(t.name, t.error_code) for t in md.topics] == [("a", UNKNOWN), ("b", UNKNOWN)]
+        pr = call(conn, 0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[ProduceRequest.TopicProduceData(
+            name="t", partition_data=[ProduceRequest.PartitionProduceData(index=2, records=None)])]), 3)
+        assert [(r.name, [(p.index, p.error_code) for p in r.partition_responses]) for r in pr.responses] == [
+            ("t", [(2, UNKNOWN)])]
+        # the same connection still serves
+        av = call(conn, 18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 4)
+        assert av.error_code == 0
+    assert caplog.text.count("a handler bug") >= 2 and "answering UNKNOWN_SERVER_ERROR" in caplog.text
+
+
+def test_a_failing_acks_0_produce_closes_the_connection(broker):
+    with RawConn(broker) as conn:
+        header = RequestHeader(api_key=0, api_version=9, correlation_id=7, client_id="t")
+        body = ProduceRequest(acks=0, timeout_ms=1000, topic_data=[ProduceRequest.TopicProduceData(
+            name="t", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=None)])])
+        conn.send(codec.encode_request(header, body))
+        assert conn.wait_closed(10)
