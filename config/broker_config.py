@@ -308,6 +308,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, Range.at_least(0)),
     ConfigKey("log.message.timestamp.after.max.ms", T.LONG, LONG_MAX, Range.at_least(0)),
     ConfigKey("log.message.format.version", T.STRING, DEFAULT_MESSAGE_FORMAT_VERSION, validate_message_format_version),
+    ConfigKey("inter.broker.protocol.version", T.STRING, "3.9-IV0", validate_message_format_version,
+              "Accepted for compatibility (one broker: nothing to agree with); any version Kafka accepts."),
     ConfigKey("log.message.downconversion.enable", T.BOOLEAN, True, None),
     ConfigKey("log.retention.ms", T.LONG, None, None),
     ConfigKey("log.retention.minutes", T.INT, None, None),

@@ -56,12 +56,31 @@ CLEANUP_POLICIES = ("compact", "delete")
 #: KIP-280 (accepted in Kafka, never shipped there): which record of a key compaction keeps
 COMPACTION_STRATEGIES = ("offset", "timestamp", "header")
 
-_VERSION_RE = re.compile(r"\d+(\.\d+){1,2}(-IV\d+)?\Z")
+# Kafka's MetadataVersion (IBP) versions: release -> its IV suffixes. A release alone
+# means its latest IV.
+_IBP_RELEASES: dict[str, tuple[str, ...]] = {
+    "0.8.0": (), "0.8.1": (), "0.8.2": (), "0.9.0": (), "0.10.0": ("IV0", "IV1"),
+    "0.10.1": ("IV0", "IV1", "IV2"), "0.10.2": ("IV0",), "0.11.0": ("IV0", "IV1", "IV2"), "1.0": ("IV0",),
+    "1.1": ("IV0",), "2.0": ("IV0", "IV1"), "2.1": ("IV0", "IV1", "IV2"), "2.2": ("IV0", "IV1"),
+    "2.3": ("IV0", "IV1"), "2.4": ("IV0", "IV1"), "2.5": ("IV0",), "2.6": ("IV0",), "2.7": ("IV0", "IV1", "IV2"),
+    "2.8": ("IV0", "IV1"), "3.0": ("IV0", "IV1"), "3.1": ("IV0",), "3.2": ("IV0",), "3.3": ("IV0", "IV1", "IV2", "IV3"),
+    "3.4": ("IV0",), "3.5": ("IV0", "IV1", "IV2"), "3.6": ("IV0", "IV1", "IV2"),
+    "3.7": ("IV0", "IV1", "IV2", "IV3", "IV4"), "3.8": ("IV0",), "3.9": ("IV0",), "4.0": ("IV0", "IV1", "IV2", "IV3"),
+}
+IBP_VERSIONS: frozenset[str] = frozenset(
+    [r for r in _IBP_RELEASES] + [f"{r}-{iv}" for r, ivs in _IBP_RELEASES.items() for iv in ivs])
 
 
 def validate_message_format_version(name: str, value: Any) -> None:
-    if not _VERSION_RE.match(value):
-        raise ConfigError(name, value, "Version `" + str(value) + "` is not a valid version")
+    """Kafka's MetadataVersion.fromVersionString: the first three dot-separated parts of a
+    0.x version, the first two of a later one, must name a known version
+    (``0.10.0.0`` -> ``0.10.0``, ``2.8.1`` -> ``2.8``, ``3.0-IV1`` as is)."""
+    text = str(value)
+    parts = text.split(".")
+    n = 3 if text.startswith("0.") else 2
+    key = text if n >= len(parts) else ".".join(parts[:n])
+    if key not in IBP_VERSIONS:
+        raise ConfigError(name, value, f"Version {text} is not a valid version")
 
 
 def validate_gzip_level(name: str, value: Any) -> None:

@@ -139,7 +139,7 @@ def test_flush_ms_prefers_flush_interval_ms():
         ("min.insync.replicas", "0", "Value must be at least 1"),
         ("preallocate", "maybe", "Expected value to be either true or false"),
         ("min.cleanable.dirty.ratio", "2", "Value must be no more than 1"),
-        ("message.format.version", "banana", "Version `banana` is not a valid version"),
+        ("message.format.version", "banana", "Version banana is not a valid version"),
     ],
 )
 def test_invalid_topic_values(name, value, rule):
@@ -300,3 +300,18 @@ def test_broker_config_object_is_not_required_to_be_loaded():
     t = TopicConfig.from_broker(b, {})
     assert t.segment_bytes == 4096
     assert {e.name: e.source for e in t.describe()}["segment.bytes"] == "STATIC_BROKER_CONFIG"
+
+
+@pytest.mark.parametrize("version", ["0.10.0.0", "0.10.0", "0.10.0-IV1", "0.8.2.2", "2.8.1", "3.0-IV1", "3.0", "3.9",
+                                     "4.0-IV3"])
+def test_message_format_version_accepts_what_kafka_accepts(version):
+    """Kafka's MetadataVersion.fromVersionString: three parts of a 0.x version, two of a
+    later one, must name a known version."""
+    assert TopicConfig.from_broker(None, {"message.format.version": version}).message_format_version == version
+    assert broker(f"log.message.format.version={version}", f"inter.broker.protocol.version={version}")
+
+
+@pytest.mark.parametrize("version", ["0.10.9", "0.10", "3.0-IV9", "5.0", "abc", ""])
+def test_message_format_version_refuses_what_kafka_refuses(version):
+    with pytest.raises(ConfigError, match="is not a valid version"):
+        TopicConfig.from_broker(None, {"message.format.version": version})
