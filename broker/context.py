@@ -42,6 +42,9 @@ class BrokerContext:
     log_cleaner: object = None
     # worker threads for validation work too long for the event loop (created on first use)
     _offload_pool: object = None
+    # components with ``reconfigure(cfg)`` (Kafka's Reconfigurable): told of every dynamic
+    # broker config change after it is stored
+    reconfigurables: list = field(default_factory=list)
 
     def offload(self, fn) -> asyncio.Future:
         """Run ``fn()`` in the validation thread pool; await the returned future.  Used
@@ -81,6 +84,22 @@ class BrokerContext:
         if self.authorizer is None or session is None:
             return sum(1 << op for op in SUPPORTED_OPS.get(rtype, ()))
         return self.authorizer.authorized_ops(session, rtype, name)
+
+    def apply_broker_config(self, cfg, tls_plan=(), listener_plan=()) -> None:
+        """A dynamic broker config change, already validated and stored, reaching what
+        runs: the handlers' config, the listeners (TLS contexts, advertised endpoints,
+        SASL settings) and every registered Reconfigurable (connection limits)."""
+        from broker.security.listeners import apply_listener_settings
+        from broker.security.tls import subject_dn
+
+        self.config = cfg
+        for lst, context, certificate in tls_plan:
+            lst.use_tls(context, certificate)
+            log.info("listener %s: new TLS connections now use the keystore %s (subject %s)", lst.name,
+                     cfg.listener_value(lst.name, "ssl.keystore.location") or "(inline)", subject_dn(certificate))
+        apply_listener_settings(listener_plan)
+        for r in self.reconfigurables:
+            r.reconfigure(cfg)
 
     def endpoint(self, session=None) -> tuple[str, int]:
         """(host, port) to advertise to a client: its listener's, else the first one's."""

@@ -94,6 +94,7 @@ class Dispatcher:
 
         self.authenticator = Authenticator(ctx)
         self.limits = ConnectionLimits(ctx.config, self.metrics)
+        ctx.reconfigurables.append(self.limits)
 
     # -- connections -----------------------------------------------------------------------
     def connection_opened(self, conn, ssl_object) -> bool:

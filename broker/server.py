@@ -29,11 +29,11 @@ _DELETE_TICK_MS = 200
 _CLEANER_TICK_MS = 100
 
 
-def _apply_dynamic_tls(listeners, static_cfg, effective_cfg) -> None:
-    """Listener keystores replaced at run time (IncrementalAlterConfigs) are stored with the
-    dynamic broker configs: serve them again after a restart. One that no longer loads is
-    logged and the configured one serves."""
-    from broker.security.listeners import plan_tls_update
+def _apply_dynamic_configs(listeners, static_cfg, effective_cfg) -> None:
+    """The dynamic broker configs stored by (Incremental)AlterConfigs apply again after a
+    restart: listener keystores and TLS settings, advertised endpoints, SASL settings.
+    Ones that no longer load are logged and the configured ones serve."""
+    from broker.security.listeners import apply_listener_settings, plan_listener_settings, plan_tls_update
     from config import ConfigError
     from config.describe import DynamicConfigError
 
@@ -43,10 +43,14 @@ def _apply_dynamic_tls(listeners, static_cfg, effective_cfg) -> None:
         plan = plan_tls_update(listeners, static_cfg, effective_cfg, check_compatible=False)
     except (ConfigError, DynamicConfigError) as exc:
         log.error("the dynamic TLS settings do not load (%s); the listeners serve their configured keystores", exc)
-        return
+        plan = []
     for lst, context, certificate in plan:
         lst.use_tls(context, certificate)
         log.info("listener %s serves the keystore from the dynamic broker configs", lst.name)
+    try:
+        apply_listener_settings(plan_listener_settings(listeners, effective_cfg))
+    except ConfigError as exc:
+        log.error("the dynamic listener settings do not load (%s); the configured ones apply", exc)
 
 
 class BrokerServer:
@@ -136,13 +140,13 @@ class BrokerServer:
             metrics = BrokerMetrics()
         loading_started = asyncio.get_running_loop().time()
         self.log_manager.startup()
-        _apply_dynamic_tls(listeners, cfg, self.log_manager.broker_config)
+        _apply_dynamic_configs(listeners, cfg, self.log_manager.broker_config)
         if metrics is not None:
             metrics.recovery_seconds.set(asyncio.get_running_loop().time() - loading_started)
         loop = asyncio.get_running_loop()
         # The context needs the real port (the listener may ask for port 0).
         ctx = BrokerContext(
-            config=cfg,
+            config=self.log_manager.broker_config,  # with the stored dynamic configs
             log_manager=self.log_manager,
             clock=self.clock,
             node_id=cfg.node_id,

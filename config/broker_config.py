@@ -224,6 +224,8 @@ def validate_non_empty_list(name: str, value: Any) -> None:
         raise ConfigError(name, value, "At least one log directory must be defined via log.dirs or log.dir.")
 
 
+_COMPAT = "Accepted, stored and described as Kafka does; it has no effect on this broker."
+
 # Every property BrokerConfig knows: (Kafka name, ConfigDef type, default, validator).
 # Defaults are Kafka's except where marked "chronolog".
 BROKER_KEYS: tuple[ConfigKey, ...] = (
@@ -275,6 +277,39 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("queued.max.request.bytes", T.LONG, -1, None),
     ConfigKey("num.network.threads", T.INT, 3, Range.at_least(1)),
     ConfigKey("num.io.threads", T.INT, 8, Range.at_least(1)),
+    # Kafka's dynamic broker configs that have nothing to drive on this broker (one event
+    # loop, no Kerberos, no replication, no tiered storage): accepted, stored and
+    # described with Kafka's defaults so that admin tools and clients can set them
+    ConfigKey("max.connection.creation.rate", T.INT, INT_MAX, Range.at_least(0), _COMPAT),
+    ConfigKey("num.replica.fetchers", T.INT, 1, Range.at_least(1), _COMPAT),
+    ConfigKey("background.threads", T.INT, 10, Range.at_least(1), _COMPAT),
+    ConfigKey("metric.reporters", T.LIST, [], None, _COMPAT),
+    ConfigKey("principal.builder.class", T.STRING,
+              "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder", None, _COMPAT),
+    ConfigKey("ssl.provider", T.STRING, None, None, _COMPAT),
+    ConfigKey("ssl.keymanager.algorithm", T.STRING, "SunX509", None, _COMPAT),
+    ConfigKey("ssl.trustmanager.algorithm", T.STRING, "PKIX", None, _COMPAT),
+    ConfigKey("ssl.secure.random.implementation", T.STRING, None, None, _COMPAT),
+    ConfigKey("ssl.engine.factory.class", T.STRING, None, None, _COMPAT),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", T.STRING, "GSSAPI", None, _COMPAT),
+    ConfigKey("sasl.kerberos.service.name", T.STRING, None, None, _COMPAT),
+    ConfigKey("sasl.kerberos.kinit.cmd", T.STRING, "/usr/bin/kinit", None, _COMPAT),
+    ConfigKey("sasl.kerberos.ticket.renew.window.factor", T.DOUBLE, 0.8, None, _COMPAT),
+    ConfigKey("sasl.kerberos.ticket.renew.jitter", T.DOUBLE, 0.05, None, _COMPAT),
+    ConfigKey("sasl.kerberos.min.time.before.relogin", T.LONG, 60000, None, _COMPAT),
+    ConfigKey("sasl.kerberos.principal.to.local.rules", T.LIST, ["DEFAULT"], None, _COMPAT),
+    ConfigKey("sasl.login.refresh.window.factor", T.DOUBLE, 0.8, Range.between(0.5, 1.0), _COMPAT),
+    ConfigKey("sasl.login.refresh.window.jitter", T.DOUBLE, 0.05, Range.between(0.0, 0.25), _COMPAT),
+    ConfigKey("sasl.login.refresh.min.period.seconds", T.SHORT, 60, Range.between(0, 900), _COMPAT),
+    ConfigKey("sasl.login.refresh.buffer.seconds", T.SHORT, 300, Range.between(0, 3600), _COMPAT),
+    ConfigKey("remote.log.index.file.cache.total.size.bytes", T.LONG, 1024 * 1024 * 1024, Range.at_least(1),
+              _COMPAT),
+    ConfigKey("remote.fetch.max.wait.ms", T.INT, 500, Range.at_least(1), _COMPAT),
+    ConfigKey("remote.log.manager.copy.max.bytes.per.second", T.LONG, LONG_MAX, Range.at_least(1), _COMPAT),
+    ConfigKey("remote.log.manager.fetch.max.bytes.per.second", T.LONG, LONG_MAX, Range.at_least(1), _COMPAT),
+    ConfigKey("remote.list.offsets.request.timeout.ms", T.LONG, 30000, Range.at_least(1), _COMPAT),
+    ConfigKey("producer.id.expiration.ms", T.INT, 86400000, Range.at_least(1),
+              "How long an idle producer's state is kept in each partition (its sequence numbers)."),
     ConfigKey("fetch.max.bytes", T.INT, 55 * 1024 * 1024, Range.at_least(1024)),
     ConfigKey("metrics.port", T.INT, 9404, Range.between(-1, 65535)),  # chronolog only
     # lifecycle and logging (chronolog only)
@@ -442,7 +477,6 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "share.coordinator.state.topic.min.isr",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
-        "background.threads",
         "replica.lag.time.max.ms",
         "group.coordinator.rebalance.protocols",
         # controlled shutdown moves partition leadership away first: nothing to move here
@@ -463,7 +497,7 @@ _ENV_TO_PROP.update({env_var_name(n): n for n in IGNORED_KAFKA_PROPERTIES})
 
 
 def _annotation(key: ConfigKey) -> Any:
-    base = {T.INT: int, T.LONG: int, T.BOOLEAN: bool, T.STRING: str, T.PASSWORD: str, T.DOUBLE: float,
+    base = {T.INT: int, T.SHORT: int, T.LONG: int, T.BOOLEAN: bool, T.STRING: str, T.PASSWORD: str, T.DOUBLE: float,
             T.LIST: list[str]}[key.type]
     return Optional[base] if key.default is None else base
 

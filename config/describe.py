@@ -48,7 +48,7 @@ SOURCE_NAMES = {
 }
 
 # DescribeConfigsResponse.ConfigType ids
-CONFIG_TYPE_IDS = {T.BOOLEAN: 1, T.STRING: 2, T.INT: 3, T.LONG: 5, T.DOUBLE: 6, T.LIST: 7, T.PASSWORD: 9}
+CONFIG_TYPE_IDS = {T.BOOLEAN: 1, T.STRING: 2, T.INT: 3, T.SHORT: 4, T.LONG: 5, T.DOUBLE: 6, T.LIST: 7, T.PASSWORD: 9}
 
 _TOPIC_KEYS = {k.name: k for k in TOPIC_KEYS}
 
@@ -99,21 +99,54 @@ TOPIC_DOCS: dict[str, str] = {
 
 _BROKER_TO_TOPIC = {v: k for k, v in TOPIC_CONFIG_SYNONYMS.items()}
 
-# LogCleaner.ReconfigurableConfigs (message.max.bytes is a topic synonym already).
+# Kafka's DynamicBrokerConfig.AllDynamicConfigs, by the component that reconfigures itself:
+# LogCleaner.ReconfigurableConfigs (message.max.bytes is a topic synonym already),
 LOG_CLEANER_RECONFIGURABLE: frozenset[str] = frozenset({
     "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
 })
+# DynamicThreadPool, metric reporters, DynamicProducerStateManagerConfig, DynamicRemoteLogConfig,
+OTHER_RECONFIGURABLE: frozenset[str] = frozenset({
+    "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir", "background.threads",
+    "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable",
+    "remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
+    "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
+    "remote.list.offsets.request.timeout.ms",
+})
+# SocketServer.ReconfigurableConfigs,
+SOCKET_SERVER_RECONFIGURABLE: frozenset[str] = frozenset({
+    "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections", "max.connection.creation.rate",
+})
+# DynamicListenerConfig.ReconfigurableConfigs (per broker but for the cluster-level three)
+# but for ``listeners`` and ``listener.security.protocol.map``: Chronolog binds its
+# listeners at start only, so those two are read-only here (a deliberate difference),
+LISTENER_RECONFIGURABLE: frozenset[str] = frozenset({
+    "advertised.listeners", "principal.builder.class",
+    "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keystore.type",
+    "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation", "ssl.client.auth",
+    "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds", "max.connections",
+    "max.connection.creation.rate", "num.network.threads",
+})
+CLUSTER_LEVEL_LISTENER_CONFIGS: frozenset[str] = frozenset({
+    "max.connections", "max.connection.creation.rate", "num.network.threads"})
 
 
-# DynamicLogConfig.ReconfigurableConfigs restricted to the properties Chronolog knows,
-# and the log cleaner's.
+# DynamicLogConfig.ReconfigurableConfigs (the topic properties' broker synonyms but for
+# message.format.version) and the rest above, restricted to the properties Chronolog knows.
 def _dynamic_names() -> frozenset[str]:
     from config.broker_config import BROKER_KEYS
 
     known = {k.name for k in BROKER_KEYS}
-    return frozenset(v for k, v in TOPIC_CONFIG_SYNONYMS.items() if k != "message.format.version" and v in known) \
-        | LOG_CLEANER_RECONFIGURABLE
+    log_configs = {v for k, v in TOPIC_CONFIG_SYNONYMS.items() if k != "message.format.version"}
+    every = log_configs | LOG_CLEANER_RECONFIGURABLE | OTHER_RECONFIGURABLE | SOCKET_SERVER_RECONFIGURABLE \
+        | LISTENER_RECONFIGURABLE
+    return frozenset(n for n in every if n in known)
 
 
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = _dynamic_names()
@@ -139,8 +172,33 @@ def listener_ssl_name(name: str) -> Optional[tuple[str, str]]:
 
 
 def is_dynamic(name: str) -> bool:
-    """Whether a broker property may be changed through (Incremental)AlterConfigs."""
-    return name in DYNAMIC_BROKER_CONFIGS or listener_ssl_name(name) is not None
+    """Whether a broker property may be changed through (Incremental)AlterConfigs: one of
+    Kafka's dynamic broker configs, or a listener-prefixed one (``listener.name.<l>.``)."""
+    from config.broker_config import listener_property_key
+
+    if name in DYNAMIC_BROKER_CONFIGS:
+        return True
+    return listener_property_key(name) is not None
+
+
+def is_per_broker(name: str) -> bool:
+    """DynamicBrokerConfig.perBrokerConfigs: TLS key material and listener configs can be
+    set for one broker only, not as a cluster default (except max.connections,
+    max.connection.creation.rate and num.network.threads)."""
+    from config.broker_config import listener_property_key
+
+    lk = listener_property_key(name)
+    base = lk[1] if lk is not None else name
+    if lk is not None:
+        return base not in CLUSTER_LEVEL_LISTENER_CONFIGS
+    return (name in SSL_RECONFIGURABLE or name in LISTENER_RECONFIGURABLE) and name not in CLUSTER_LEVEL_LISTENER_CONFIGS
+
+
+def dynamic_update_mode(name: str) -> str:
+    """Kafka's dynamicConfigUpdateModes: "per-broker", "cluster-wide" or "read-only"."""
+    if not is_dynamic(name):
+        return "read-only"
+    return "per-broker" if is_per_broker(name) else "cluster-wide"
 
 
 def broker_config_synonyms(name: str) -> list[str]:
@@ -272,8 +330,8 @@ class DynamicConfigError(Exception):
 
 def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool = True) -> None:
     """DynamicBrokerConfig.validateConfigs: names must be dynamically updatable (TLS key
-    material only with a listener prefix, and only for one broker, not as a cluster
-    default), values must parse (ConfigError)."""
+    material only with a listener prefix), per-broker ones only for one broker, not as
+    the cluster default; values must parse (ConfigError)."""
     from config.broker_config import broker_key
 
     def refuse(names, why):
@@ -288,7 +346,7 @@ def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool
         if v is not None:
             broker_key(n).parse(v)
     if not per_broker:
-        refuse([n for n in props if listener_ssl_name(n)],
+        refuse([n for n in props if is_per_broker(n)],
                "Cannot update these configs at default cluster level, broker id must be specified")
 
 

@@ -195,6 +195,7 @@ def load_properties(path: str) -> dict[str, str]:
 class ConfigType:
     BOOLEAN = "BOOLEAN"
     STRING = "STRING"
+    SHORT = "SHORT"
     INT = "INT"
     LONG = "LONG"
     DOUBLE = "DOUBLE"
@@ -247,6 +248,8 @@ def parse_value(name: str, value: Any, type_: str) -> Any:
             return value  # ConfigDef keeps a Password untrimmed
         if type_ == ConfigType.INT:
             return _parse_integer(name, trimmed, INT_MIN, INT_MAX, "INT")
+        if type_ == ConfigType.SHORT:
+            return _parse_integer(name, trimmed, -32768, 32767, "SHORT")
         if type_ == ConfigType.LONG:
             return _parse_integer(name, trimmed, LONG_MIN, LONG_MAX, "LONG")
         if type_ == ConfigType.DOUBLE:
@@ -264,10 +267,11 @@ def parse_value(name: str, value: Any, type_: str) -> Any:
         if isinstance(value, bool):
             return value
         raise ConfigError(name, value, "Expected value to be either true or false")
-    if type_ in (ConfigType.INT, ConfigType.LONG):
+    if type_ in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+        bits = {ConfigType.SHORT: 16, ConfigType.INT: 32, ConfigType.LONG: 64}[type_]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(name, value, f"Expected value to be a {'32' if type_ == ConfigType.INT else '64'}-bit integer")
-        lo, hi = (INT_MIN, INT_MAX) if type_ == ConfigType.INT else (LONG_MIN, LONG_MAX)
+            raise ConfigError(name, value, f"Expected value to be a {bits}-bit integer")
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         if not lo <= value <= hi:
             raise ConfigError(name, value, f"Not a number of type {type_}")
         return value

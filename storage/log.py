@@ -123,8 +123,11 @@ class Log:
 
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
-                 log_start_offset: int | None = None, had_clean_shutdown: bool = False):
+                 log_start_offset: int | None = None, had_clean_shutdown: bool = False,
+                 producer_id_expiration_ms: int | None = None):
         self.dir = os.fspath(dir_path)
+        # the broker's producer.id.expiration.ms (a dynamic broker config; LogManager sets it)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         if topic is None or partition is None:
             parsed = parse_topic_partition_dir(os.path.basename(os.path.normpath(self.dir)))
             if parsed is None and (topic is None or partition is None):
@@ -376,7 +379,9 @@ class Log:
 
     # ------------------------------------------------------------------ producer state
     def _producer_id_expiration_ms(self) -> int:
-        v = getattr(self.config, "producer_id_expiration_ms", None)
+        v = self.producer_id_expiration_ms
+        if v is None:
+            v = getattr(self.config, "producer_id_expiration_ms", None)
         return DEFAULT_PRODUCER_ID_EXPIRATION_MS if v is None else int(v)
 
     def _rebuild_producer_state(self, last_offset: int, reload_from_clean_shutdown: bool = False) -> None:

@@ -222,7 +222,8 @@ class LogManager:
                     path, info.config, self.clock, topic=name, partition=p,
                     recovery_point=recovery_points.get(d, {}).get((name, p)),
                     log_start_offset=start_offsets.get(d, {}).get((name, p)),
-                    had_clean_shutdown=clean.get(d, False))
+                    had_clean_shutdown=clean.get(d, False),
+                    producer_id_expiration_ms=self._pid_expiration_ms())
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
@@ -312,7 +313,8 @@ class LogManager:
         try:
             for p in range(partitions):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
-                log = Log(path, topic_config, self.clock, topic=name, partition=p)
+                log = Log(path, topic_config, self.clock, topic=name, partition=p,
+                          producer_id_expiration_ms=self._pid_expiration_ms())
                 self._logs[(name, p)] = log
                 created.append(log)
             self._topics[name] = info
@@ -534,7 +536,8 @@ class LogManager:
         try:
             for p in range(current, new_total):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
-                log = Log(path, info.config, self.clock, topic=name, partition=p)
+                log = Log(path, info.config, self.clock, topic=name, partition=p,
+                          producer_id_expiration_ms=self._pid_expiration_ms())
                 self._logs[(name, p)] = log
                 created.append(log)
             info.num_partitions = new_total
@@ -594,6 +597,9 @@ class LogManager:
         self.broker_config = effective
         logger.info("dynamic broker configs: %s; cluster defaults: %s", per_broker or "{}", default or "{}")
 
+    def _pid_expiration_ms(self):
+        return getattr(self.broker_config, "producer_id_expiration_ms", None)
+
     def set_dynamic_broker_configs(self, per_broker: dict[str, str] | None = None,
                                    default: dict[str, str] | None = None,
                                    validate_only: bool = False):
@@ -629,6 +635,7 @@ class LogManager:
             for p in range(info.num_partitions):
                 log = self._logs.get((name, p))
                 if log is not None:
+                    log.producer_id_expiration_ms = self._pid_expiration_ms()
                     log.update_config(cfg)
         logger.info("dynamic broker configs now %s; cluster defaults %s", new_broker or "{}", new_default or "{}")
         return effective

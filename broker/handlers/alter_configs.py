@@ -33,7 +33,7 @@ from protocol.messages import AlterConfigsResponse
 
 from broker.errors import error_code_for
 from broker.security import authorizer as A
-from broker.security.tls import subject_dn
+from broker.security.listeners import plan_listener_settings
 
 log = logging.getLogger("chronolog.alter_configs")
 
@@ -144,21 +144,24 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
         try:
             validate_dynamic_update(new, per_broker=bool(rname))
             if rname:  # checked whole (TLS stores loaded) before anything is written
-                tls_plan = _plan_tls(ctx, lm.set_dynamic_broker_configs(per_broker=new, validate_only=True), named)
-                if not validate_only:
-                    lm.set_dynamic_broker_configs(per_broker=new)
+                candidate = lm.set_dynamic_broker_configs(per_broker=new, validate_only=True)
             else:
-                tls_plan = []
-                lm.set_dynamic_broker_configs(default=new, validate_only=validate_only)
+                candidate = lm.set_dynamic_broker_configs(default=new, validate_only=True)
+            tls_plan = _plan_tls(ctx, candidate, named if rname else ())
+            listener_plan = plan_listener_settings(ctx.listeners or [], candidate)
         except (ConfigError, DynamicConfigError) as exc:
             raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
-        if not validate_only:
-            for lst, context, certificate in tls_plan:
-                lst.use_tls(context, certificate)
-                log.info("listener %s: new TLS connections now use the keystore %s (subject %s)", lst.name,
-                         ctx.log_manager.broker_config.listener_value(lst.name, "ssl.keystore.location") or "(inline)",
-                         subject_dn(certificate))
-            log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
+        if validate_only:
+            return
+        try:
+            if rname:
+                lm.set_dynamic_broker_configs(per_broker=new)
+            else:
+                lm.set_dynamic_broker_configs(default=new)
+        except (ConfigError, DynamicConfigError) as exc:
+            raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        ctx.apply_broker_config(lm.broker_config, tls_plan, listener_plan)
+        log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
         return
     raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
 

@@ -1,7 +1,7 @@
 """Connection limits, as Kafka's ConnectionQuotas: ``max.connections`` (broker-wide, and
 per listener as ``listener.name.<l>.max.connections``), ``max.connections.per.ip`` and
-``max.connections.per.ip.overrides`` (``host:count,...``; a host name is resolved once
-at start). A connection over a limit is closed at accept with a log line and counted
+``max.connections.per.ip.overrides`` (``host:count,...``; a host name is resolved when
+the limits are set). All are dynamic broker configs: :meth:`ConnectionLimits.reconfigure`. A connection over a limit is closed at accept with a log line and counted
 (``chronolog_connections_rejected_total``); the others are unaffected."""
 
 from __future__ import annotations
@@ -16,20 +16,26 @@ log = logging.getLogger("chronolog.security")
 
 class ConnectionLimits:
     def __init__(self, cfg, metrics=None) -> None:
-        self.max_connections = getattr(cfg, "max_connections", 2**31 - 1)
-        self.max_per_ip = getattr(cfg, "max_connections_per_ip", 2**31 - 1)
-        self.overrides: dict[str, int] = {}
+        self.metrics = metrics
+        self.total = 0
+        self.per_ip: dict[str, int] = {}
+        self.per_listener: dict[str, int] = {}
+        self.reconfigure(cfg)
+
+    def reconfigure(self, cfg) -> None:
+        """New limits (a dynamic broker config update): they apply to the connections
+        accepted from now on; open ones are not closed (as Kafka's ConnectionQuotas)."""
+        overrides: dict[str, int] = {}
         for host, count in parse_ip_overrides("max.connections.per.ip.overrides",
                                               getattr(cfg, "max_connections_per_ip_overrides", "")).items():
             try:
                 ip = socket.gethostbyname(host)
             except OSError:
                 ip = host
-            self.overrides[ip] = count
-        self.metrics = metrics
-        self.total = 0
-        self.per_ip: dict[str, int] = {}
-        self.per_listener: dict[str, int] = {}
+            overrides[ip] = count
+        self.overrides = overrides
+        self.max_connections = getattr(cfg, "max_connections", 2**31 - 1)
+        self.max_per_ip = getattr(cfg, "max_connections_per_ip", 2**31 - 1)
 
     def accept(self, conn, listener, ip: str) -> bool:
         limit_ip = self.overrides.get(ip, self.max_per_ip)

@@ -70,29 +70,71 @@ def build_listeners(cfg) -> list[Listener]:
         def value(prop, _name=spec.name):
             return cfg.listener_value(_name, prop)
 
-        lst = Listener(
-            name=spec.name, protocol=spec.protocol, host=spec.host, port=spec.port,
-            advertised_host=spec.advertised_host, advertised_port=spec.advertised_port,
-            max_receive_size=value("sasl.server.max.receive.size"),
-            reauth_ms=value("connections.max.reauth.ms"),
-            failed_auth_delay_ms=value("connection.failed.authentication.delay.ms"),
-            max_connections=value("max.connections"),
-        )
+        lst = Listener(name=spec.name, protocol=spec.protocol, host=spec.host, port=spec.port,
+                       advertised_host=spec.advertised_host, advertised_port=spec.advertised_port)
+        _apply_settings(lst, value)
         if lst.tls:
             lst.ssl_context = build_server_context(value, spec.name)
             lst.certificate = keystore_certificate(value)
-            lst.principal_mapper = PrincipalMapper(value("ssl.principal.mapping.rules"))
-        if lst.sasl:
-            lst.mechanisms = list(value("sasl.enabled.mechanisms"))
-            prop = f"listener.name.{spec.name.lower()}.plain.sasl.jaas.config"
-            lst.plain_users = plain_users(prop, value("plain.sasl.jaas.config"))
-            lst.reauth_by_mechanism = {m: value(f"{m.lower()}.connections.max.reauth.ms") for m in lst.mechanisms}
-            if "PLAIN" in lst.mechanisms and not lst.plain_users:
-                log.warning("listener %s enables SASL/PLAIN but has no users: set %s "
-                            "(org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>=\"<password>\";)",
-                            spec.name, prop)
         out.append(lst)
     return out
+
+
+def _apply_settings(lst: Listener, value) -> None:
+    """Everything but the bind address and the TLS context, from the listener's values."""
+    lst.max_receive_size = value("sasl.server.max.receive.size")
+    lst.reauth_ms = value("connections.max.reauth.ms")
+    lst.failed_auth_delay_ms = value("connection.failed.authentication.delay.ms")
+    lst.max_connections = value("max.connections")
+    if lst.tls:
+        lst.principal_mapper = PrincipalMapper(value("ssl.principal.mapping.rules"))
+    if lst.sasl:
+        mechanisms = list(value("sasl.enabled.mechanisms"))
+        prop = f"listener.name.{lst.name.lower()}.plain.sasl.jaas.config"
+        users = plain_users(prop, value("plain.sasl.jaas.config"))
+        if "PLAIN" in mechanisms and not users:
+            log.warning("listener %s enables SASL/PLAIN but has no users: set %s "
+                        "(org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>=\"<password>\";)",
+                        lst.name, prop)
+        lst.mechanisms = mechanisms
+        lst.plain_users = users
+        lst.reauth_by_mechanism = {m: value(f"{m.lower()}.connections.max.reauth.ms") for m in mechanisms}
+
+
+def plan_listener_settings(listeners: list[Listener], cfg) -> list[tuple[Listener, Listener]]:
+    """A dynamic broker config update (or the stored dynamic configs at start) for the
+    running listeners: advertised endpoints, SASL mechanisms and users, connection and
+    re-authentication limits, all built from ``cfg`` first (ConfigError for a value that
+    does not load, nothing changed); :func:`apply_listener_settings` then hands them over.
+    The bind address stays (``listeners`` is read-only); TLS contexts change through
+    :func:`plan_tls_update`."""
+    specs = {spec.name: spec for spec in cfg.listener_specs()}
+    staged = []
+    for lst in listeners:
+        spec = specs.get(lst.name)
+        if spec is None:
+            continue
+        fresh = Listener(name=lst.name, protocol=lst.protocol, host=lst.host, port=lst.port,
+                         advertised_host=spec.advertised_host, advertised_port=spec.advertised_port)
+
+        def value(prop, _name=lst.name):
+            return cfg.listener_value(_name, prop)
+
+        _apply_settings(fresh, value)
+        staged.append((lst, fresh))
+    return staged
+
+
+_DYNAMIC_FIELDS = ("advertised_host", "advertised_port", "max_receive_size", "reauth_ms", "failed_auth_delay_ms",
+                   "max_connections", "principal_mapper", "mechanisms", "plain_users", "reauth_by_mechanism")
+
+
+def apply_listener_settings(plan: list[tuple[Listener, Listener]]) -> None:
+    """New connections and the next Metadata responses see the new settings; open
+    sessions keep what they negotiated."""
+    for lst, fresh in plan:
+        for f in _DYNAMIC_FIELDS:
+            setattr(lst, f, getattr(fresh, f))
 
 
 def plan_tls_update(listeners: list[Listener], old_cfg, new_cfg, named=(), check_compatible: bool = True):
@@ -102,7 +144,9 @@ def plan_tls_update(listeners: list[Listener], old_cfg, new_cfg, named=(), check
     checked first; raises DynamicConfigError for an unknown or non-TLS listener named,
     ConfigError for a keystore that does not load, IncompatibleKeystore for a certificate
     whose DN or SANs changed."""
-    from config.describe import SSL_RECONFIGURABLE, DynamicConfigError, listener_ssl_name
+    from config.describe import LISTENER_RECONFIGURABLE, SSL_RECONFIGURABLE, DynamicConfigError, listener_ssl_name
+
+    tls_props = SSL_RECONFIGURABLE | {p for p in LISTENER_RECONFIGURABLE if p.startswith("ssl.")}
 
     by_name = {lst.name: lst for lst in listeners}
     touched = set()
@@ -123,7 +167,7 @@ def plan_tls_update(listeners: list[Listener], old_cfg, new_cfg, named=(), check
         if not lst.tls:
             continue
         changed = any(old_cfg.listener_value(lst.name, p) != new_cfg.listener_value(lst.name, p)
-                      for p in SSL_RECONFIGURABLE)
+                      for p in tls_props)
         if not changed and lst.name not in touched:
             continue
 

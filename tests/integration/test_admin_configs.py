@@ -524,6 +524,66 @@ def test_dynamic_cluster_default_broker_config(broker_factory):
     assert echoed["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG.value)
 
 
+def test_dynamic_listener_and_connection_configs_apply_live(broker_factory):
+    """Kafka's dynamic listener and connection configs: advertised.listeners reaches the
+    next Metadata response and survives a restart; max.connections.per.ip limits the
+    connections accepted from then on; what Chronolog cannot change live (listeners) is
+    refused by name; Kafka's no-op settings (Kerberos relogin) are stored and described."""
+    from confluent_kafka.admin import ConfigSource, ResourceType
+
+    b = broker_factory({})
+
+    def advertised():
+        md = ck_admin(b.bootstrap).list_topics(timeout=10)
+        return {(x.host, x.port) for x in md.brokers.values()}
+
+    assert advertised() == {("127.0.0.1", b.port)}
+    ck_incremental(b.bootstrap, ResourceType.BROKER, "0",
+                   [("advertised.listeners", "SET", f"PLAINTEXT://localhost:{b.port}")])
+    assert advertised() == {("localhost", b.port)}
+    # per broker only, as Kafka: not as the cluster default
+    code, msg = raw_incremental(b.port, 4, "", [("advertised.listeners", 0, f"PLAINTEXT://localhost:{b.port}")])
+    assert code == 42 and "broker id must be specified" in msg and "advertised.listeners" in msg
+    # a listener name not in listeners is refused, nothing changes
+    code, msg = raw_incremental(b.port, 4, "0", [("advertised.listeners", 0, "OTHER://h:1")])
+    assert code == 42 and "OTHER is not in listeners" in msg
+    assert advertised() == {("localhost", b.port)}
+    code, msg = raw_incremental(b.port, 4, "0", [("listeners", 0, "PLAINTEXT://127.0.0.1:0")])
+    assert (code, msg) == (42, "Cannot update these configs dynamically: Set(listeners)")
+    b.restart()
+    assert advertised() == {("localhost", b.port)}
+    ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("advertised.listeners", "DELETE", None)])
+    assert advertised() == {("127.0.0.1", b.port)}
+
+    # connection limits: the next connections count against the new one
+    assert raw_incremental(b.port, 4, "", [("max.connections.per.ip", 0, "2")]) == (0, None)
+    held = [RawConn(b.port), RawConn(b.port)]
+    try:
+        third = RawConn(b.port)
+        assert third.wait_closed(5.0), "a third connection from 127.0.0.1 was kept"
+        third.close()
+    finally:
+        for c in held:
+            c.close()
+    def lift():
+        try:  # the broker may not have seen the two closes yet: this one is refused then
+            return raw_incremental(b.port, 4, "", [("max.connections.per.ip", 1, None)]) == (0, None)
+        except (ConnectionError, OSError):
+            return False
+
+    wait_for(lift, 10, "max.connections.per.ip removed")
+    conns = [RawConn(b.port) for _ in range(3)]
+    try:
+        assert not conns[2].wait_closed(0.5)
+    finally:
+        for c in conns:
+            c.close()
+
+    ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("sasl.kerberos.min.time.before.relogin", "SET", "58000")])
+    entry = ck_describe(b.bootstrap, ResourceType.BROKER, "0")["sasl.kerberos.min.time.before.relogin"]
+    assert (entry.value, entry.source) == ("58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+
 # ---------------------------------------------------------------------------------------
 # CreatePartitions
 # ---------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     ck_admin,
     ck_consumer_config,
     create_topic,
+    free_port,
     kp_admin,
     now_ms,
     oracle_offset_for_time,
@@ -176,16 +177,8 @@ def test_get_offsets_errors(broker):
     fails(tool("get-offsets", "--bootstrap-server", "localhost", "--topic", "x"), 2, "--bootstrap-server")
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_unreachable_and_silent_broker():
-    port = _free_port()
+    port = free_port()
     for args in (["get-offsets", "--topic", "t"], ["topics", "--list"], ["configs", "--entity-type", "topics",
                  "--entity-name", "t", "--describe"], ["consumer-groups", "--list"]):
         fails(tool(*args, "--bootstrap-server", f"127.0.0.1:{port}"), 1, f"127.0.0.1:{port}")

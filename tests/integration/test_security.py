@@ -860,14 +860,15 @@ def test_bad_tls_input_is_logged_with_the_peer_and_reason(tmp_path, certs):
     broker's certificate for the wrong host, plaintext on the TLS port and TLS on the
     PLAINTEXT port: the connection closes, the broker logs the peer and the reason and
     counts failed TLS authentications; other clients are unaffected."""
-    from tests.integration.test_metrics import _free_port, scrape, val
+    from tests.integration.helpers import free_port
+    from tests.integration.test_metrics import scrape, val
 
     d = tmp_path / "expired"
     d.mkdir()
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "old.key", "-out", "old.csr", "-subj", "/CN=old", cwd=d)
     _openssl("x509", "-req", "-in", "old.csr", "-CA", str(certs / "ca.pem"), "-CAkey", str(certs / "ca.key"),
              "-CAcreateserial", "-out", "old.crt", "-days", "-1", cwd=d)  # expired yesterday
-    metrics_port = _free_port()
+    metrics_port = free_port()
     b = start_broker(tmp_path / "b", {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
                                       "metrics.port": str(metrics_port), **tls_overrides(certs, "required")})
     b.metrics_port = metrics_port

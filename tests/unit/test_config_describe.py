@@ -121,8 +121,13 @@ def test_dynamic_names_are_kafkas_reconfigurable_log_configs():
     for n in ("log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms",
               "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
               "log.message.timestamp.after.max.ms", "log.message.timestamp.difference.max.ms",
-              "log.cleanup.policy", "message.max.bytes"):
+              "log.cleanup.policy", "message.max.bytes", "advertised.listeners", "max.connections",
+              "max.connections.per.ip", "sasl.enabled.mechanisms", "ssl.client.auth", "producer.id.expiration.ms",
+              "log.cleaner.threads", "num.io.threads", "sasl.kerberos.min.time.before.relogin"):
         assert n in DYNAMIC_BROKER_CONFIGS, n
+    # Kafka's dynamic too, but Chronolog binds its listeners at start only
+    for n in ("listeners", "listener.security.protocol.map"):
+        assert n not in DYNAMIC_BROKER_CONFIGS, n
     for n in ("log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.message.format.version",
               "node.id", "log.dirs", "listeners"):
         assert n not in DYNAMIC_BROKER_CONFIGS, n
@@ -169,10 +174,21 @@ def test_listener_tls_material_is_dynamic_per_broker_only():
         validate_dynamic_update({"ssl.keystore.location": "/k.pem"})
     with pytest.raises(DynamicConfigError, match=r"broker id must be specified: Set\(" + name):
         validate_dynamic_update({name: "/k.pem"}, per_broker=False)
-    # what is not key or trust material stays static, with or without the prefix
-    for n in ("listener.name.ssl.ssl.client.auth", "listener.name.ssl.ssl.enabled.protocols", "ssl.client.auth"):
+    # the other listener configs (DynamicListenerConfig) are per broker, with or without
+    # the prefix: refused as cluster defaults
+    for n in ("listener.name.ssl.ssl.client.auth", "ssl.client.auth", "advertised.listeners",
+              "sasl.kerberos.min.time.before.relogin"):
+        value = {"advertised.listeners": "PLAINTEXT://h:1", "sasl.kerberos.min.time.before.relogin": "58000"}.get(
+            n, "required")
+        validate_dynamic_update({n: value})
+        with pytest.raises(DynamicConfigError, match="broker id must be specified"):
+            validate_dynamic_update({n: value}, per_broker=False)
+    # but for the three cluster-level ones
+    validate_dynamic_update({"max.connections": "100", "listener.name.ssl.max.connections": "5"}, per_broker=False)
+    # what Kafka never changes at run time is refused
+    for n, v in (("node.id", "3"), ("log.dirs", "/x"), ("socket.request.max.bytes", "100")):
         with pytest.raises(DynamicConfigError, match="Cannot update these configs dynamically"):
-            validate_dynamic_update({n: "required"})
+            validate_dynamic_update({n: v})
 
 
 def test_listener_prefixed_values_keep_through_dynamic_layers_and_are_described():

@@ -98,3 +98,28 @@ def test_non_dynamic_or_invalid_entries_in_the_file_are_ignored(tmp_path):
     m.set_dynamic_broker_configs(per_broker={"log.segment.bytes": "2000000"})
     assert json.loads((tmp_path / DYNAMIC_BROKER_CONFIGS_FILE).read_text())["generation"] > 3
     m.shutdown()
+
+
+def test_producer_id_expiration_is_the_brokers_and_dynamic(tmp_path):
+    """producer.id.expiration.ms (a broker config, not a topic one) reaches every log, at
+    start and when changed dynamically; an idle producer is forgotten after it."""
+    from protocol import records as R
+
+    def batch(seq):
+        return R.build_batch([(1_000_000, None, b"v")], producer_id=7, producer_epoch=0, base_sequence=seq)
+
+    m = manager(tmp_path, "producer.id.expiration.ms=5000")
+    m.create_topic("t", 2)
+    assert {m.get_log("t", p).producer_id_expiration_ms for p in (0, 1)} == {5000}
+    log = m.get_log("t", 0)
+    log.append(batch(0))
+    m.set_dynamic_broker_configs(default={"producer.id.expiration.ms": "100000"})
+    assert {m.get_log("t", p).producer_id_expiration_ms for p in (0, 1)} == {100000}
+    m.clock.advance(50_000)
+    assert log.remove_expired_producers() == 0  # 5000 would have forgotten it
+    m.set_dynamic_broker_configs(default={"producer.id.expiration.ms": "10000"})
+    assert log.remove_expired_producers() == 1
+    m.shutdown()
+    m = manager(tmp_path, "producer.id.expiration.ms=5000")
+    assert m.get_log("t", 1).producer_id_expiration_ms == 10000
+    m.shutdown()
