@@ -39,7 +39,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     13: (0, 4, handlers.leave_group.handle),
     14: (0, 5, handlers.sync_group.handle),
     15: (0, 5, handlers.describe_groups.handle),
-    16: (0, 4, handlers.list_groups.handle),
+    16: (0, 5, handlers.list_groups.handle),
     42: (0, 2, handlers.delete_groups.handle),
     47: (0, 0, handlers.offset_delete.handle),
     18: (0, 3, handlers.api_versions.handle),

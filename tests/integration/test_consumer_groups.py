@@ -635,6 +635,14 @@ def test_admin_ck_list_describe_offsets_delete(gbroker, request):
         listed = admin.list_consumer_groups(request_timeout=15).result(timeout=20)
         mine = [g for g in listed.valid if g.group_id == group]
         assert len(mine) == 1 and str(mine[0].state).endswith("STABLE"), listed.valid
+        # ListGroups v5: the group's type, and a types filter
+        from confluent_kafka import ConsumerGroupType
+
+        assert mine[0].type == ConsumerGroupType.CLASSIC
+        for types, present in (({ConsumerGroupType.CLASSIC}, True), ({ConsumerGroupType.CONSUMER}, False),
+                               ({ConsumerGroupType.CONSUMER, ConsumerGroupType.CLASSIC}, True)):
+            listed = admin.list_consumer_groups(types=types, request_timeout=15).result(timeout=20)
+            assert (group in [g.group_id for g in listed.valid]) is present, types
         desc = admin.describe_consumer_groups([group], request_timeout=15)[group].result(timeout=20)
         assert str(desc.state).endswith("STABLE") and desc.partition_assignor == "range"
         assert len(desc.members) == 1 and desc.members[0].client_id == "member"
