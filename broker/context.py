@@ -36,6 +36,8 @@ class BrokerContext:
     listeners: list = field(default_factory=list)
     # storage.scram_credentials.ScramCredentialStore (None in bare in-process contexts)
     scram_store: object = None
+    # storage.entity_configs.EntityConfigStore of the GROUP config resources
+    group_configs: object = None
     # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
     authorizer: object = None
     # storage.log_cleaner.LogCleaner (compaction of cleanup.policy=compact topics)

@@ -127,6 +127,7 @@ class BrokerServer:
     async def _start(self) -> None:
         cfg = self.config
         from broker.security.listeners import build_listeners
+        from storage.entity_configs import EntityConfigStore
         from storage.scram_credentials import ScramCredentialStore
 
         listeners = build_listeners(cfg)  # ConfigError (TLS files, JAAS) before anything binds
@@ -157,6 +158,7 @@ class BrokerServer:
             metrics=metrics,
             listeners=listeners,
             scram_store=ScramCredentialStore(cfg.log_dirs[0]),
+            group_configs=EntityConfigStore(cfg.log_dirs[0], "group-configs"),
         )
         if cfg.authorizer_class_name:
             from broker.security.authorizer import Authorizer

@@ -392,6 +392,42 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("group.max.session.timeout.ms", T.INT, 1800000, None),
     ConfigKey("group.max.size", T.INT, INT_MAX, Range.at_least(1),
               "Most members a consumer group may have; a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED."),
+    # the consumer group protocol (KIP-848) and share groups (KIP-932): the defaults and
+    # bounds of the GROUP configs (config.group_config)
+    ConfigKey("group.consumer.session.timeout.ms", T.INT, 45000, Range.at_least(1),
+              "The timeout to detect client failures when using the consumer group protocol."),
+    ConfigKey("group.consumer.min.session.timeout.ms", T.INT, 45000, Range.at_least(1),
+              "The minimum allowed session timeout for registered consumers."),
+    ConfigKey("group.consumer.max.session.timeout.ms", T.INT, 60000, Range.at_least(1),
+              "The maximum allowed session timeout for registered consumers."),
+    ConfigKey("group.consumer.heartbeat.interval.ms", T.INT, 5000, Range.at_least(1),
+              "The heartbeat interval given to the members of a consumer group."),
+    ConfigKey("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, Range.at_least(1),
+              "The minimum heartbeat interval for registered consumers."),
+    ConfigKey("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, Range.at_least(1),
+              "The maximum heartbeat interval for registered consumers."),
+    ConfigKey("group.consumer.max.size", T.INT, INT_MAX, Range.at_least(1),
+              "The maximum number of consumers that a single consumer group (consumer protocol) can accommodate."),
+    ConfigKey("group.share.session.timeout.ms", T.INT, 45000, Range.at_least(1),
+              "The timeout to detect client failures when using the share group protocol."),
+    ConfigKey("group.share.min.session.timeout.ms", T.INT, 45000, Range.at_least(1),
+              "The minimum allowed session timeout for share group members."),
+    ConfigKey("group.share.max.session.timeout.ms", T.INT, 60000, Range.at_least(1),
+              "The maximum allowed session timeout for share group members."),
+    ConfigKey("group.share.heartbeat.interval.ms", T.INT, 5000, Range.at_least(1),
+              "The heartbeat interval given to the members of a share group."),
+    ConfigKey("group.share.min.heartbeat.interval.ms", T.INT, 5000, Range.at_least(1),
+              "The minimum heartbeat interval for share group members."),
+    ConfigKey("group.share.max.heartbeat.interval.ms", T.INT, 15000, Range.at_least(1),
+              "The maximum heartbeat interval for share group members."),
+    ConfigKey("group.share.max.size", T.INT, 200, Range.between(10, 1000),
+              "The maximum number of members that a single share group can accommodate."),
+    ConfigKey("group.share.record.lock.duration.ms", T.INT, 30000, Range.between(1000, 3600000),
+              "The record acquisition lock duration in milliseconds for share groups."),
+    ConfigKey("group.share.min.record.lock.duration.ms", T.INT, 15000, Range.between(1000, 30000),
+              "The record acquisition lock minimum duration in milliseconds for share groups."),
+    ConfigKey("group.share.max.record.lock.duration.ms", T.INT, 60000, Range.between(30000, 3600000),
+              "The record acquisition lock maximum duration in milliseconds for share groups."),
     ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", T.INT, 104857600, Range.at_least(1),
               "segment.bytes of __consumer_offsets when the broker creates it."),
@@ -595,6 +631,30 @@ class BrokerConfig(_Fields):  # type: ignore[misc, valid-type]
             raise ConfigError(
                 "log.retention.ms", 0, "log.retention.ms must be unlimited (-1) or, greater than or equal to 1"
             )
+        for kind in ("consumer", "share"):  # GroupCoordinatorConfig's requirements
+            v = {n: getattr(self, f"group_{kind}_{n}") for n in (
+                "session_timeout_ms", "min_session_timeout_ms", "max_session_timeout_ms",
+                "heartbeat_interval_ms", "min_heartbeat_interval_ms", "max_heartbeat_interval_ms")}
+
+            def require(ok, a, rel, b, _kind=kind, _v=v):
+                if not ok:
+                    name = f"group.{_kind}.{a.replace('_', '.')}"
+                    raise ConfigError(name, _v[a], f"{name} must be {rel} group.{_kind}.{b.replace('_', '.')}")
+
+            require(v["max_heartbeat_interval_ms"] >= v["min_heartbeat_interval_ms"], "max_heartbeat_interval_ms",
+                    "greater than or equal to", "min_heartbeat_interval_ms")
+            require(v["heartbeat_interval_ms"] >= v["min_heartbeat_interval_ms"], "heartbeat_interval_ms",
+                    "greater than or equal to", "min_heartbeat_interval_ms")
+            require(v["heartbeat_interval_ms"] <= v["max_heartbeat_interval_ms"], "heartbeat_interval_ms",
+                    "less than or equal to", "max_heartbeat_interval_ms")
+            require(v["max_session_timeout_ms"] >= v["min_session_timeout_ms"], "max_session_timeout_ms",
+                    "greater than or equal to", "min_session_timeout_ms")
+            require(v["session_timeout_ms"] >= v["min_session_timeout_ms"], "session_timeout_ms",
+                    "greater than or equal to", "min_session_timeout_ms")
+            require(v["session_timeout_ms"] <= v["max_session_timeout_ms"], "session_timeout_ms",
+                    "less than or equal to", "max_session_timeout_ms")
+            require(v["heartbeat_interval_ms"] < v["session_timeout_ms"], "heartbeat_interval_ms",
+                    "less than", "session_timeout_ms")
         if self.log_cleaner_threads > 0 and self.log_cleaner_dedupe_buffer_size // self.log_cleaner_threads <= 1024 * 1024:
             raise ConfigError("log.cleaner.dedupe.buffer.size", self.log_cleaner_dedupe_buffer_size,
                               "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.")

@@ -3,7 +3,7 @@ DynamicBrokerConfig compute them.
 
 * Sources (DescribeConfigsResponse ConfigSource ids): TOPIC_CONFIG 1,
   DYNAMIC_BROKER_CONFIG 2, DYNAMIC_DEFAULT_BROKER_CONFIG 3, STATIC_BROKER_CONFIG 4,
-  DEFAULT_CONFIG 5.
+  DEFAULT_CONFIG 5, GROUP_CONFIG 8.
 * Synonyms of a broker property (``DynamicBrokerConfig.brokerConfigSynonyms``):
   ``log.retention.ms|minutes|hours``, ``log.roll.ms|hours``, ``log.roll.jitter.ms|hours``
   and ``log.flush.interval.ms`` + ``log.flush.scheduler.interval.ms``; every other
@@ -39,12 +39,14 @@ DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+GROUP_CONFIG = 8
 SOURCE_NAMES = {
     TOPIC_CONFIG: "TOPIC_CONFIG",
     DYNAMIC_BROKER_CONFIG: "DYNAMIC_BROKER_CONFIG",
     DYNAMIC_DEFAULT_BROKER_CONFIG: "DYNAMIC_DEFAULT_BROKER_CONFIG",
     STATIC_BROKER_CONFIG: "STATIC_BROKER_CONFIG",
     DEFAULT_CONFIG: "DEFAULT_CONFIG",
+    GROUP_CONFIG: "GROUP_CONFIG",
 }
 
 # DescribeConfigsResponse.ConfigType ids
@@ -373,6 +375,27 @@ def topic_entries(topic_cfg: TopicConfig, overrides: Mapping[str, str], layers: 
         out.append(Entry(name, value, source, False, False, syns if include_synonyms else [],
                          CONFIG_TYPE_IDS.get(key.type, 0),
                          TOPIC_DOCS.get(name) if include_documentation else None))
+    return out
+
+
+def group_entries(broker_cfg, overrides: Mapping[str, str], keys=None, include_synonyms: bool = False,
+                  include_documentation: bool = False) -> list[Entry]:
+    """ConfigHelper.createGroupConfigEntry for every group config (or ``keys``): the
+    group's override (GROUP_CONFIG) else the broker's default (DEFAULT_CONFIG), its one
+    synonym the entry itself."""
+    from config.group_config import GROUP_CONFIG_NAMES, GROUP_DOCS, effective_group_config
+
+    values = effective_group_config(broker_cfg, overrides)
+    wanted = None if not keys else set(keys)
+    out = []
+    for name in GROUP_CONFIG_NAMES:
+        if wanted is not None and name not in wanted:
+            continue
+        value = str(values[name])
+        source = GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
+        out.append(Entry(name, value, source, False, False,
+                         [Synonym(name, value, source)] if include_synonyms else [], CONFIG_TYPE_IDS[T.INT],
+                         GROUP_DOCS.get(name) if include_documentation else None))
     return out
 
 

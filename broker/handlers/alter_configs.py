@@ -21,6 +21,10 @@ As Kafka (ConfigAdminManager.preprocess, ConfigurationControlManager):
   (``ssl.allow.dn.changes`` / ``ssl.allow.san.changes``), else INVALID_REQUEST
   "Validation of dynamic config update of SSLFactory failed: ..."; then new connections
   use it and open ones keep theirs (naming the same file again reloads it);
+* GROUP (32): a group's ``consumer.*`` / ``share.*`` configs (config.group_config), the
+  whole new set validated as Kafka's GroupConfig.validate (INVALID_CONFIG), the group
+  name required ("Default group resources are not allowed."), kept in
+  ``storage.entity_configs`` (``group-configs``) whether or not the group exists;
 * validate_only checks everything and changes nothing.
 """
 
@@ -37,7 +41,7 @@ from broker.security.listeners import plan_listener_settings
 
 log = logging.getLogger("chronolog.alter_configs")
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 
 
 class AlterError(Exception):
@@ -163,6 +167,37 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
         ctx.apply_broker_config(lm.broker_config, tls_plan, listener_plan)
         log.info("dynamic broker configs (%s) now %s", rname or "cluster default", new or "{}")
         return
+    if rtype == GROUP:
+        from config.group_config import GroupConfigError, group_config_type, validate_group_config
+
+        if not rname:
+            raise AlterError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+        store = ctx.group_configs
+        defaults = None
+
+        def current_value(name):
+            nonlocal defaults
+            from config.group_config import effective_group_config
+
+            if defaults is None:
+                defaults = effective_group_config(lm.broker_config, store.get(rname))
+            return None if name not in defaults else str(defaults[name])
+
+        try:
+            new = make_new(store.get(rname), group_config_type, current_value)
+            nulls = [n for n, v in new.items() if v is None]
+            if nulls:
+                raise GroupConfigError("Null value not supported for group configs: " + ",".join(nulls))
+            validate_group_config(new, lm.broker_config)
+        except (ConfigError, GroupConfigError) as exc:
+            raise AlterError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        except DynamicConfigError as exc:
+            raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        if validate_only:
+            return
+        store.set(rname, new)
+        log.info("group %s: configs now %s", rname, new or "{}")
+        return
     raise AlterError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
 
 
@@ -188,6 +223,8 @@ def config_resource_denied(ctx, session, rtype: int, rname: str, op: int, api: s
         return 0 if ctx.authorize(session, op, A.TOPIC, rname, api) else int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if rtype in (4, 8):
         return 0 if ctx.authorize(session, op, A.CLUSTER, A.CLUSTER_NAME, api) else int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    if rtype == GROUP:
+        return 0 if ctx.authorize(session, op, A.GROUP, rname, api) else int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return 0
 
 

@@ -7,6 +7,9 @@
   UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION.
 * BROKER (4): name = this node id: every broker property; name "": the dynamic cluster
   defaults only; any other id answers INVALID_REQUEST.
+* GROUP (32): the five group configs of Kafka's GroupConfig, the group's own value
+  (GROUP_CONFIG) or the broker's ``group.consumer.*`` / ``group.share.*`` default
+  (DEFAULT_CONFIG), for any group name (as Kafka, the group need not exist).
 * BROKER_LOGGER (8) and other types: INVALID_REQUEST (no runtime loggers here).
 """
 
@@ -23,7 +26,7 @@ from broker.security import authorizer as A
 log = logging.getLogger("chronolog.describe_configs")
 
 R = DescribeConfigsResponse
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 
 
 class RequestError(Exception):
@@ -76,6 +79,12 @@ def describe_resource(ctx, rtype, rname, keys, include_synonyms, include_docs):
             raise RequestError(ErrorCode.INVALID_REQUEST,
                                f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {rname}")
         return broker_entries(lm.broker_config, layers, True, keys, include_synonyms, include_docs)
+    if rtype == GROUP:
+        from config.describe import group_entries
+
+        if not rname:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        return group_entries(lm.broker_config, ctx.group_configs.get(rname), keys, include_synonyms, include_docs)
     if rtype == BROKER_LOGGER:
         raise RequestError(ErrorCode.INVALID_REQUEST, "Chronolog has no runtime-configurable loggers (BROKER_LOGGER)")
     raise RequestError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")

@@ -1,4 +1,4 @@
-"""``chronolog configs``: kafka-configs.sh for topics and brokers.
+"""``chronolog configs``: kafka-configs.sh for topics, brokers, groups and users (SCRAM).
 
 * ``--describe`` (DescribeConfigs with synonyms) prints, as Kafka does,
   ``Dynamic configs for topic T are:`` (``All configs ...`` with ``--all``) and one
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from broker.tools import ToolError, UsageError, add_common_args, run_tool
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": 0}  # users: SCRAM credentials
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "groups": 32, "users": 0}  # users: SCRAM credentials
 CONFIG_SOURCES = {
     0: "UNKNOWN",
     1: "DYNAMIC_TOPIC_CONFIG",
@@ -20,8 +20,8 @@ CONFIG_SOURCES = {
     4: "STATIC_BROKER_CONFIG",
     5: "DEFAULT_CONFIG",
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-    7: "CLIENT_METRICS_CONFIG",
-    8: "GROUP_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG",
+    8: "DYNAMIC_GROUP_CONFIG",
 }
 OP_SET, OP_DELETE = 0, 1
 
@@ -72,8 +72,9 @@ def register(sub) -> None:
     p = sub.add_parser("configs", help="describe or alter topic and broker configs",
                        description="Describe or alter topic and broker configs (kafka-configs.sh).")
     add_common_args(p)
-    p.add_argument("--entity-type", required=True, choices=sorted(RESOURCE_TYPES), help="topics or brokers")
-    p.add_argument("--entity-name", metavar="NAME", help="topic name or broker id")
+    p.add_argument("--entity-type", required=True, choices=sorted(RESOURCE_TYPES),
+                   help="topics, brokers, groups (consumer.* / share.* group configs) or users (SCRAM)")
+    p.add_argument("--entity-name", metavar="NAME", help="topic name, broker id, group id or user")
     p.add_argument("--entity-default", action="store_true", help="brokers: the cluster-wide default")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list the configs")
@@ -214,7 +215,7 @@ def _describe(client, args, rtype, rname, label) -> int:
         detail = f": {res.error_message}" if res.error_message else ""
         raise ToolError(f"--entity-name {label}: {error_name(res.error_code)}{detail}")
     kind = args.entity_type[:-1]
-    dynamic_source = {2: 1, 4: 2 if rname else 3}[rtype]
+    dynamic_source = {2: 1, 4: 2 if rname else 3, 32: 8}[rtype]
     entries = res.configs
     if not args.all:
         entries = [e for e in entries if (e.config_source == dynamic_source if v >= 1 else not e.is_default)]

@@ -200,6 +200,18 @@ def _cases(topic, doomed, group, new_topic):
                                                                  value="86400000")])], validate_only=True),
          lambda r: r.responses[0].error_code,
          [([], CLUSTER_DENIED), ([(*c, "ALTER_CONFIGS")], 0)]),
+        ("DescribeConfigs (group)", 32, 4, T.DescribeConfigsRequest(resources=[
+            T.DescribeConfigsRequest.DescribeConfigsResource(resource_type=32, resource_name=group,
+                                                             configuration_keys=None)]),
+         lambda r: r.results[0].error_code,
+         [([], GROUP_DENIED), ([("group", group, "DESCRIBE_CONFIGS")], 0)]),
+        ("IncrementalAlterConfigs (group)", 44, 1, T.IncrementalAlterConfigsRequest(resources=[
+            T.IncrementalAlterConfigsRequest.AlterConfigsResource(resource_type=32, resource_name=group, configs=[
+                T.IncrementalAlterConfigsRequest.AlterableConfig(name="consumer.session.timeout.ms",
+                                                                 config_operation=0, value="50000")])],
+            validate_only=True),
+         lambda r: r.responses[0].error_code,
+         [([], GROUP_DENIED), ([("group", group, "ALTER_CONFIGS")], 0)]),
         ("CreatePartitions", 37, 3, T.CreatePartitionsRequest(topics=[T.CreatePartitionsRequest.CreatePartitionsTopic(
             name=topic, count=2, assignments=None)], timeout_ms=5000, validate_only=True),
          lambda r: r.results[0].error_code,

@@ -584,6 +584,70 @@ def test_dynamic_listener_and_connection_configs_apply_live(broker_factory):
     assert (entry.value, entry.source) == ("58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
 
 
+def test_group_config_resources(broker_factory):
+    """GROUP config resources (type 32): described with the broker's defaults for any
+    group, changed with IncrementalAlterConfigs and AlterConfigs, validated as Kafka's
+    GroupConfig (INVALID_CONFIG), kept across a restart."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigSource, ResourceType
+
+    b = broker_factory({"group.consumer.session.timeout.ms": "50000"})
+    d = ck_describe(b.bootstrap, ResourceType.GROUP, "billing")
+    assert {n: (e.value, e.source) for n, e in d.items()} == {
+        "consumer.session.timeout.ms": ("50000", ConfigSource.DEFAULT_CONFIG.value),
+        "consumer.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG.value),
+        "share.session.timeout.ms": ("45000", ConfigSource.DEFAULT_CONFIG.value),
+        "share.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG.value),
+        "share.record.lock.duration.ms": ("30000", ConfigSource.DEFAULT_CONFIG.value)}
+    ck_incremental(b.bootstrap, ResourceType.GROUP, "billing", [("consumer.session.timeout.ms", "SET", "55000"),
+                                                                ("consumer.heartbeat.interval.ms", "SET", "6000")])
+    d = ck_describe(b.bootstrap, ResourceType.GROUP, "billing")
+    assert (d["consumer.session.timeout.ms"].value, d["consumer.session.timeout.ms"].source) == \
+        ("55000", ConfigSource.GROUP_CONFIG.value)
+    assert d["share.session.timeout.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    # another group keeps the defaults
+    assert ck_describe(b.bootstrap, ResourceType.GROUP, "other")["consumer.session.timeout.ms"].value == "50000"
+    for ops, message in (
+            ([("consumer.session.timeout.ms", "SET", "61000")],
+             "consumer.session.timeout.ms must be less than or equal to group.consumer.max.session.timeout.ms"),
+            ([("nope", "SET", "1")], "Unknown group config name: nope"),
+            ([("consumer.session.timeout.ms", "APPEND", "1")], "append is not allowed")):
+        with pytest.raises(KafkaException) as ei:
+            ck_incremental(b.bootstrap, ResourceType.GROUP, "billing", ops)
+        code, text = ck_error(ei)
+        assert code == 40 and message in text, text  # INVALID_CONFIG
+    # validate_only changes nothing
+    ck_incremental(b.bootstrap, ResourceType.GROUP, "billing", [("consumer.heartbeat.interval.ms", "SET", "7000")],
+                   validate_only=True)
+    assert ck_describe(b.bootstrap, ResourceType.GROUP, "billing")["consumer.heartbeat.interval.ms"].value == "6000"
+    # raw: the empty group name, every DescribeConfigs version, legacy AlterConfigs
+    assert raw_incremental(b.port, 32, "", [("consumer.session.timeout.ms", 0, "50000")]) == \
+        (42, "Default group resources are not allowed.")
+    for version in range(5):
+        from protocol.messages import DescribeConfigsRequest
+
+        body = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=32, resource_name="billing", configuration_keys=["consumer.session.timeout.ms"])],
+            include_synonyms=version >= 1)
+        (res,) = raw_request(b.port, 32, version, body).results
+        assert res.error_code == 0 and [(c.name, c.value) for c in res.configs] == \
+            [("consumer.session.timeout.ms", "55000")]
+    from protocol.messages import AlterConfigsRequest as AC
+
+    body = AC(resources=[AC.AlterConfigsResource(resource_type=32, resource_name="legacy", configs=[
+        AC.AlterableConfig(name="share.record.lock.duration.ms", value="20000")])], validate_only=False)
+    (r,) = raw_request(b.port, 33, 2, body).responses
+    assert (r.error_code, r.resource_type, r.resource_name) == (0, 32, "legacy")
+    b.restart()
+    d = ck_describe(b.bootstrap, ResourceType.GROUP, "billing")
+    assert d["consumer.session.timeout.ms"].value == "55000" and d["consumer.heartbeat.interval.ms"].value == "6000"
+    assert ck_describe(b.bootstrap, ResourceType.GROUP, "legacy")["share.record.lock.duration.ms"].value == "20000"
+    ck_incremental(b.bootstrap, ResourceType.GROUP, "billing", [("consumer.session.timeout.ms", "DELETE", None)])
+    d = ck_describe(b.bootstrap, ResourceType.GROUP, "billing")
+    assert (d["consumer.session.timeout.ms"].value, d["consumer.session.timeout.ms"].source) == \
+        ("50000", ConfigSource.DEFAULT_CONFIG.value)
+
+
 # ---------------------------------------------------------------------------------------
 # CreatePartitions
 # ---------------------------------------------------------------------------------------

@@ -349,6 +349,28 @@ def test_configs_brokers_and_errors(broker, new_topic):
                "--alter"), 2, "--add-config")
 
 
+def test_configs_groups(broker):
+    b = broker.bootstrap
+    group = "cli-group-" + uuid.uuid4().hex[:6]
+    assert ok(tool("configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+                   "--alter", "--add-config", "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000")) \
+        == [f"Completed updating config for group {group}."]
+    lines = ok(tool("configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group, "--describe"))
+    assert lines == [
+        f"Dynamic configs for group {group} are:",
+        "  consumer.heartbeat.interval.ms=6000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:consumer.heartbeat.interval.ms=6000}",
+        "  consumer.session.timeout.ms=50000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms=50000}",
+    ]
+    every = ok(tool("configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+                    "--describe", "--all"))
+    assert "  share.session.timeout.ms=45000 sensitive=false synonyms={DEFAULT_CONFIG:share.session.timeout.ms=45000}" \
+        in every
+    fails(tool("configs", "--bootstrap-server", b, "--entity-type", "groups", "--entity-name", group,
+               "--alter", "--add-config", "consumer.heartbeat.interval.ms=1"), 1, "INVALID_CONFIG",
+          "group.consumer.min.heartbeat.interval.ms")
+    fails(tool("configs", "--bootstrap-server", b, "--entity-type", "groups", "--describe"), 2, "--entity-name")
+
+
 # ------------------------------------------------------------------------------ consumer-groups
 
 
