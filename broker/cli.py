@@ -276,11 +276,11 @@ def _register_dump_log(sub) -> None:
 
 
 def _register_tools(sub) -> None:
-    """get-offsets, topics, configs, consumer-groups, acls, transactions: broker.tools
-    (client side; they import the codec only when run)."""
-    from broker.tools import acls, configs, consumer_groups, get_offsets, topics, transactions
+    """get-offsets, topics, configs, consumer-groups, acls, transactions, log-dirs:
+    broker.tools (client side; they import the codec only when run)."""
+    from broker.tools import acls, configs, consumer_groups, get_offsets, log_dirs, topics, transactions
 
-    for module in (get_offsets, topics, configs, consumer_groups, acls, transactions):
+    for module in (get_offsets, topics, configs, consumer_groups, acls, transactions, log_dirs):
         module.register(sub)
 
 

@@ -16,6 +16,7 @@ from broker.handlers import (  # noqa: F401
     create_topics,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     incremental_alter_configs,
     delete_records,
     delete_topics,

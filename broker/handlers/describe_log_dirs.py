@@ -1,0 +1,66 @@
+"""DescribeLogDirs (key 35), v0-4, as Kafka's ReplicaManager.describeLogDirs answers it.
+
+Needs DESCRIBE on the cluster (else no results, and CLUSTER_AUTHORIZATION_FAILED at the
+top level from v3). Every log dir (absolute path) is listed, with the partitions it holds
+that the request names (null topics: every partition, internal topics included): size in
+bytes of the partition's segments, offset lag 0 (the log end is the high watermark on a
+single broker), never a future replica; v4 adds the volume's total and usable bytes.
+As Kafka, a topic of the dir is listed even when none of its partitions was asked for
+(with no partitions). A dir that cannot be read answers KAFKA_STORAGE_ERROR for itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from protocol.errors import ErrorCode
+from protocol.messages import DescribeLogDirsResponse as R
+
+from broker.security import authorizer as A
+
+log = logging.getLogger("chronolog.describe_log_dirs")
+
+LONG_MAX = 2**63 - 1
+
+
+def _volume(path: str) -> tuple[int, int]:
+    st = os.statvfs(path)
+    total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    # Kafka's adjustForLargeFileSystems: a size that overflows is Long.MAX_VALUE
+    return (total if 0 <= total <= LONG_MAX else LONG_MAX), (usable if 0 <= usable <= LONG_MAX else LONG_MAX)
+
+
+def describe_log_dirs(lm, wanted) -> list:
+    """``wanted``: a set of (topic, partition), or None for every partition."""
+    by_dir: dict[str, dict[str, list]] = {}
+    for (topic, partition), lg in sorted(lm.logs().items()):
+        parent = os.path.dirname(os.path.abspath(lg.dir))
+        by_dir.setdefault(parent, {}).setdefault(topic, []).append((partition, lg))
+    results = []
+    for d in lm.log_dirs:
+        path = os.path.abspath(d)
+        try:
+            total, usable = _volume(path)
+            topics = []
+            for topic, logs in by_dir.get(path, {}).items():
+                parts = [R.DescribeLogDirsPartition(partition_index=p, partition_size=lg.size_in_bytes, offset_lag=0,
+                                                    is_future_key=False)
+                         for p, lg in logs if wanted is None or (topic, p) in wanted]
+                topics.append(R.DescribeLogDirsTopic(name=topic, partitions=parts))
+            results.append(R.DescribeLogDirsResult(error_code=0, log_dir=path, topics=topics, total_bytes=total,
+                                                   usable_bytes=usable))
+        except OSError as exc:
+            log.warning("log dir %s cannot be described: %s", path, exc)
+            results.append(R.DescribeLogDirsResult(error_code=int(ErrorCode.KAFKA_STORAGE_ERROR), log_dir=path,
+                                                   topics=[], total_bytes=-1, usable_bytes=-1))
+    return results
+
+
+def handle(ctx, header, request, session=None):
+    if not ctx.authorize(session, A.DESCRIBE, A.CLUSTER, A.CLUSTER_NAME, "DescribeLogDirs"):
+        return R(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
+    wanted = None
+    if request.topics is not None:
+        wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
+    return R(throttle_time_ms=0, error_code=0, results=describe_log_dirs(ctx.log_manager, wanted))

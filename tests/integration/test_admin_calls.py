@@ -1,0 +1,126 @@
+"""Admin calls of modern clients (issue 15): DescribeLogDirs and ``chronolog log-dirs``,
+answered as a single-broker Kafka cluster answers them, with kafka-python's admin
+client and raw requests at every version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.helpers import REPO_ROOT, RawConn, Rec, create_topic, produce_kp, unique_topic
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def raw(port, api_key, version, body):
+    from protocol import codec
+    from protocol.messages import RequestHeader
+
+    hdr = RequestHeader(api_key=api_key, api_version=version, correlation_id=77, client_id="admin-calls")
+    with RawConn(port) as c:
+        c.send(codec.encode_request(hdr, body))
+        frame = c.recv_frame()
+    cid, resp = codec.decode_response(api_key, version, frame)
+    assert cid == 77
+    return resp
+
+
+def partition_bytes(path) -> int:
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".log"))
+
+
+@pytest.fixture
+def two_dir_broker(broker_factory, tmp_path):
+    dirs = [tmp_path / "d1", tmp_path / "d2"]
+    b = broker_factory({"log.dirs": ",".join(map(str, dirs)), "num.partitions": "1"})
+    return b, [str(d) for d in dirs]
+
+
+def test_describe_log_dirs_kafka_python_and_every_version(two_dir_broker):
+    from kafka import KafkaAdminClient
+
+    b, dirs = two_dir_broker
+    topic = create_topic(b.bootstrap, unique_topic("logdirs"), partitions=4)
+    other = create_topic(b.bootstrap, unique_topic("logdirs-other"), partitions=1)
+    for p in range(4):
+        produce_kp(b.bootstrap, topic, [Rec(b"k", b"v" * (100 * (p + 1)))] * (p + 1), partition=p)
+    where = {}
+    for d in dirs:
+        for name in os.listdir(d):
+            if name.startswith(topic + "-"):
+                where[int(name.rsplit("-", 1)[1])] = (d, partition_bytes(os.path.join(d, name)))
+    assert sorted(where) == [0, 1, 2, 3] and {d for d, _ in where.values()} == set(dirs)
+
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        (node,) = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    assert node["broker"] == 0
+    assert sorted(d["log_dir"] for d in node["log_dirs"]) == sorted(dirs)
+    seen = {}
+    for d in node["log_dirs"]:
+        assert d["error_code"] == 0
+        for t in d["topics"]:
+            for p in t["partitions"]:
+                seen[(t["name"], p["partition_index"])] = (d["log_dir"], p["partition_size"], p["offset_lag"],
+                                                          p["is_future_key"])
+    for p, (d, size) in where.items():
+        assert seen[(topic, p)] == (d, size, 0, False)
+    assert (other, 0) in seen
+
+    # raw, every version: only the named partitions (an unknown one is left out); the
+    # dir's other topics are listed without partitions, as Kafka does
+    from protocol.messages import DescribeLogDirsRequest as Req
+
+    for version in range(5):
+        resp = raw(b.port, 35, version, Req(topics=[Req.DescribableLogDirTopic(topic=topic, partitions=[0, 3, 99])]))
+        assert [r.error_code for r in resp.results] == [0, 0]
+        got = {}
+        for r in resp.results:
+            names = {t.name: [p.partition_index for p in t.partitions] for t in r.topics}
+            for p in names.get(topic, []):
+                got[p] = (r.log_dir, next(x.partition_size for t in r.topics if t.name == topic
+                                          for x in t.partitions if x.partition_index == p))
+            if other in names:
+                assert names[other] == []
+            if version >= 4:
+                assert r.total_bytes > 0 and 0 <= r.usable_bytes <= r.total_bytes
+        assert got == {0: where[0], 3: where[3]}, version
+
+
+def test_log_dirs_tool(two_dir_broker):
+    b, dirs = two_dir_broker
+    topic = create_topic(b.bootstrap, unique_topic("logdirs-cli"), partitions=2)
+    produce_kp(b.bootstrap, topic, [Rec(b"k", b"v" * 500)], partition=1)
+
+    def tool(*args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONOLOG_")}
+        return subprocess.run([sys.executable, "-m", "broker", "log-dirs", "--bootstrap-server", b.bootstrap, *args],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    p = tool("--describe", "--topic-list", topic)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         "Received log directory information from brokers 0"]
+    doc = json.loads(lines[2])
+    assert doc["version"] == 1 and [x["broker"] for x in doc["brokers"]] == [0]
+    parts = {}
+    for d in doc["brokers"][0]["logDirs"]:
+        assert d["error"] is None and d["logDir"] in dirs
+        for part in d["partitions"]:
+            assert part["partition"].startswith(topic + "-")
+            parts[part["partition"]] = (d["logDir"], part["size"], part["offsetLag"], part["isFuture"])
+    assert set(parts) == {f"{topic}-0", f"{topic}-1"}
+    d1, size1, lag1, fut1 = parts[f"{topic}-1"]
+    assert (size1, lag1, fut1) == (partition_bytes(os.path.join(d1, f"{topic}-1")), 0, False) and size1 > 500
+    p = tool("--describe", "--broker-list", "0,7")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "chronolog log-dirs: ERROR: The given brokers do not exist from --broker-list: 7. Current existent brokers: 0"]
+    p = tool("--describe", "--broker-list", "zero")
+    assert p.returncode == 2 and "--broker-list" in p.stderr and "Traceback" not in p.stderr
