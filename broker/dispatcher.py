@@ -61,6 +61,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     44: (0, 1, handlers.incremental_alter_configs.handle),
     60: (0, 1, handlers.describe_cluster.handle),
     35: (0, 4, handlers.describe_log_dirs.handle),
+    75: (0, 0, handlers.describe_topic_partitions.handle),
     29: (0, 3, handlers.acls.handle_describe),
     30: (0, 3, handlers.acls.handle_create),
     31: (0, 3, handlers.acls.handle_delete),

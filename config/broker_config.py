@@ -311,6 +311,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("producer.id.expiration.ms", T.INT, 86400000, Range.at_least(1),
               "How long an idle producer's state is kept in each partition (its sequence numbers)."),
     ConfigKey("fetch.max.bytes", T.INT, 55 * 1024 * 1024, Range.at_least(1024)),
+    ConfigKey("max.request.partition.size.limit", T.INT, 2000, Range.at_least(1),
+              "The maximum number of partitions can be served in one request (DescribeTopicPartitions)."),
     ConfigKey("metrics.port", T.INT, 9404, Range.between(-1, 65535)),  # chronolog only
     # lifecycle and logging (chronolog only)
     ConfigKey("controlled.shutdown.timeout.ms", T.LONG, 8000, Range.between(100, 600000)),

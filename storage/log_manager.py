@@ -82,6 +82,10 @@ class TopicInfo:
     overrides: dict[str, str] = field(default_factory=dict)
 
 
+# org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
 def validate_topic_name(name: str) -> None:
     """Kafka's Topic.validate: raises InvalidTopicError."""
     if not isinstance(name, str) or name == "":

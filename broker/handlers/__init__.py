@@ -17,6 +17,7 @@ from broker.handlers import (  # noqa: F401
     describe_cluster,
     describe_configs,
     describe_log_dirs,
+    describe_topic_partitions,
     incremental_alter_configs,
     delete_records,
     delete_topics,

@@ -17,7 +17,7 @@ from protocol.messages import AddPartitionsToTxnResponse as R
 
 from broker.security import authorizer as A
 
-_INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
+from storage.log_manager import INTERNAL_TOPICS as _INTERNAL
 
 
 def _topic_results(errors: dict) -> list:

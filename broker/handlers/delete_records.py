@@ -29,13 +29,12 @@ from protocol.messages import DeleteRecordsResponse
 
 from broker.errors import error_code_for
 from broker.security import authorizer as A
+from storage.log_manager import INTERNAL_TOPICS
 
 log = logging.getLogger("chronolog.delete_records")
 
 HIGH_WATERMARK = -1
 INVALID_LOW_WATERMARK = -1
-# org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult

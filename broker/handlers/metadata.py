@@ -15,6 +15,7 @@ from protocol.messages import MetadataResponse
 from broker.errors import error_code_for
 from broker.security import authorizer as A
 from storage import errors as se
+from storage.log_manager import INTERNAL_TOPICS as _INTERNAL_TOPICS
 
 log = logging.getLogger("chronolog.metadata")
 
@@ -44,10 +45,6 @@ def _topic_entry(ctx, info, version):
         partitions=partitions,
         topic_authorized_operations=_UNKNOWN_OPS,
     )
-
-
-# Kafka's org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS (the ones we create)
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 
 def _error_entry(name, code, topic_id=_NULL_UUID):

@@ -40,6 +40,7 @@ from broker.security import authorizer as A
 from broker.errors import error_code_for
 from storage import errors as se
 from storage.validator import NO_KEY_MESSAGE, analyze_records
+from storage.log_manager import INTERNAL_TOPICS
 
 log = logging.getLogger("chronolog.produce")
 
@@ -185,10 +186,6 @@ def _refused(topic, partition, exc):
 
 #: stands for the records of a partition the principal may not write
 _DENIED = object()
-
-#: Kafka's internal topics: only the broker writes them (ReplicaManager refuses clients)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
 
 #: the coordinator's verification answers as a produce answers them (AddPartitionsToTxnManager)
 _VERIFY_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,

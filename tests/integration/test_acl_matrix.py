@@ -221,6 +221,10 @@ def _cases(topic, doomed, group, new_topic):
         ("DescribeCluster", 60, 1, T.DescribeClusterRequest(include_cluster_authorized_operations=True),
          lambda r: r.error_code or (0 if r.cluster_authorized_operations & (1 << 8) else CLUSTER_DENIED),
          [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
+        ("DescribeTopicPartitions", 75, 0, T.DescribeTopicPartitionsRequest(
+            topics=[T.DescribeTopicPartitionsRequest.TopicRequest(name=topic)], response_partition_limit=10,
+            cursor=None),
+         lambda r: r.topics[0].error_code, [([], TOPIC_DENIED), ([("topic", topic, "DESCRIBE")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
         ("DescribeAcls", 29, 3, T.DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,

@@ -124,3 +124,56 @@ def test_log_dirs_tool(two_dir_broker):
         "chronolog log-dirs: ERROR: The given brokers do not exist from --broker-list: 7. Current existent brokers: 0"]
     p = tool("--describe", "--broker-list", "zero")
     assert p.returncode == 2 and "--broker-list" in p.stderr and "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------ DescribeTopicPartitions
+
+
+def dtp(port, names=None, limit=2000, cursor=None):
+    from protocol.messages import DescribeTopicPartitionsRequest as Req
+
+    body = Req(topics=[Req.TopicRequest(name=n) for n in (names or [])], response_partition_limit=limit,
+               cursor=None if cursor is None else Req.Cursor(topic_name=cursor[0], partition_index=cursor[1]))
+    return raw(port, 75, 0, body)
+
+
+def test_describe_topic_partitions_paging_and_errors(broker_factory):
+    from protocol.messages import MetadataRequest
+
+    b = broker_factory({"max.request.partition.size.limit": "5", "auto.create.topics.enable": "false"})
+    a = create_topic(b.bootstrap, "dtp-a", partitions=3)
+    c = create_topic(b.bootstrap, "dtp-c", partitions=4)
+
+    md = raw(b.port, 3, 12, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False))
+    ids = {t.name: t.topic_id for t in md.topics}
+
+    def summary(resp):
+        return ([(t.name, t.error_code, [p.partition_index for p in t.partitions]) for t in resp.topics],
+                None if resp.next_cursor is None else (resp.next_cursor.topic_name, resp.next_cursor.partition_index))
+
+    # named, sorted, the unknown and the illegal ones answered in place
+    resp = dtp(b.port, ["dtp-c", "dtp-missing", "dtp-a", "bad/name"])
+    assert summary(resp) == ([("bad/name", 17, []), ("dtp-a", 0, [0, 1, 2]), ("dtp-c", 0, [0, 1])], ("dtp-c", 2))
+    ta = next(t for t in resp.topics if t.name == "dtp-a")
+    assert ta.topic_id == ids["dtp-a"] and not ta.is_internal
+    p0 = ta.partitions[0]
+    assert (p0.leader_id, p0.leader_epoch, p0.replica_nodes, p0.isr_nodes, p0.eligible_leader_replicas,
+            p0.last_known_elr, p0.offline_replicas) == (0, 0, [0], [0], [], [], [])
+    assert ta.topic_authorized_operations > 0
+    # the cursor continues the topic it names, then the others
+    resp = dtp(b.port, ["dtp-c", "dtp-missing", "dtp-a"], cursor=("dtp-c", 2))
+    assert summary(resp) == ([("dtp-c", 0, [2, 3]), ("dtp-missing", 3, [])], None)
+    # every topic (internal ones too once they exist), limited by the request's limit
+    resp = dtp(b.port, limit=3)
+    assert summary(resp) == ([("dtp-a", 0, [0, 1, 2])], ("dtp-c", 0))
+    resp = dtp(b.port, limit=3, cursor=("dtp-c", 0))
+    assert summary(resp) == ([("dtp-c", 0, [0, 1, 2])], ("dtp-c", 3))
+    # a limit below 1 is 1
+    assert summary(dtp(b.port, ["dtp-a"], limit=0)) == ([("dtp-a", 0, [0])], ("dtp-a", 1))
+    # a cursor outside the named topics, or a negative partition: INVALID_REQUEST for each
+    resp = dtp(b.port, ["dtp-a"], cursor=("dtp-c", 0))
+    assert summary(resp) == ([("dtp-a", 42, [])], None)
+    resp = dtp(b.port, ["dtp-a"], cursor=("dtp-a", -1))
+    assert summary(resp) == ([("dtp-a", 42, [])], None)
+    assert a == "dtp-a" and c == "dtp-c"
