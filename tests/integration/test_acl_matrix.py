@@ -225,6 +225,17 @@ def _cases(topic, doomed, group, new_topic):
             topics=[T.DescribeTopicPartitionsRequest.TopicRequest(name=topic)], response_partition_limit=10,
             cursor=None),
          lambda r: r.topics[0].error_code, [([], TOPIC_DENIED), ([("topic", topic, "DESCRIBE")], 0)]),
+        ("ElectLeaders", 43, 2, T.ElectLeadersRequest(election_type=0, timeout_ms=1000, topic_partitions=[
+            T.ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])]),
+         lambda r: r.replica_election_results[0].partition_result[0].error_code,
+         [([], CLUSTER_DENIED), ([(*c, "ALTER")], 84)]),
+        ("AlterPartitionReassignments", 45, 0, T.AlterPartitionReassignmentsRequest(timeout_ms=1000, topics=[
+            T.AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
+                T.AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=[0])])]),
+         lambda r: r.error_code or r.responses[0].partitions[0].error_code,
+         [([], CLUSTER_DENIED), ([(*c, "ALTER")], 0)]),
+        ("ListPartitionReassignments", 46, 0, T.ListPartitionReassignmentsRequest(timeout_ms=1000, topics=None),
+         lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
         ("DescribeAcls", 29, 3, T.DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,

@@ -177,3 +177,88 @@ def test_describe_topic_partitions_paging_and_errors(broker_factory):
     resp = dtp(b.port, ["dtp-a"], cursor=("dtp-a", -1))
     assert summary(resp) == ([("dtp-a", 42, [])], None)
     assert a == "dtp-a" and c == "dtp-c"
+
+
+# ----------------------------------------- ElectLeaders, partition reassignments
+
+
+def test_elect_leaders_clients_and_raw(broker_factory):
+    from confluent_kafka import ElectionType, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    topic = create_topic(b.bootstrap, unique_topic("elect"), partitions=2)
+    ck = AdminClient({"bootstrap.servers": b.bootstrap})
+    for etype in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        res = ck.elect_leaders(etype, [TopicPartition(topic, 0), TopicPartition(topic, 9),
+                                       TopicPartition("no-such-topic", 0)]).result(20)
+        got = {(tp.topic, tp.partition): (err.code(), err.str()) for tp, err in res.items()}
+        assert got == {
+            (topic, 0): (KafkaError.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."),
+            (topic, 9): (KafkaError.UNKNOWN_TOPIC_OR_PART, f"No such partition as {topic}-9"),
+            ("no-such-topic", 0): (KafkaError.UNKNOWN_TOPIC_OR_PART, "No such topic as no-such-topic")}
+    # every partition: the ones that need no election are left out
+    assert ck.elect_leaders(ElectionType.PREFERRED, None).result(20) == {}
+    kp = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        resp = kp.elect_leaders(0, {topic: [0, 1]}, raise_errors=False)
+    finally:
+        kp.close()
+    assert sorted((p[0], p[1]) for t in resp.replica_election_results for p in t.partition_result) == \
+        [(0, 84), (1, 84)]
+    from protocol.messages import ElectLeadersRequest as Req
+
+    for version in range(3):
+        body = Req(election_type=1, timeout_ms=1000,
+                   topic_partitions=[Req.TopicPartitions(topic=topic, partitions=[0, 1])])
+        resp = raw(b.port, 43, version, body)
+        codes = [(p.partition_id, p.error_code) for r in resp.replica_election_results for p in r.partition_result]
+        assert codes == [(0, 84), (1, 84)], version
+        if version >= 1:
+            assert resp.error_code == 0
+    resp = raw(b.port, 43, 1, Req(election_type=5, timeout_ms=1000,
+                                  topic_partitions=[Req.TopicPartitions(topic=topic, partitions=[0])]))
+    assert resp.error_code == 42
+    assert [(p.error_code, p.error_message) for p in resp.replica_election_results[0].partition_result] == \
+        [(42, "Unknown election type 5")]
+
+
+def test_partition_reassignments_clients_and_raw(broker_factory):
+    import shutil
+
+    from kafka import KafkaAdminClient
+
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    topic = create_topic(b.bootstrap, unique_topic("reassign"), partitions=2)
+    kp = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        assert kp.list_partition_reassignments() == {}
+        assert kp.list_partition_reassignments({topic: [0, 1]}) == {}
+    finally:
+        kp.close()
+    from protocol.messages import AlterPartitionReassignmentsRequest as Req
+
+    def alter(partitions):
+        body = Req(timeout_ms=5000, topics=[Req.ReassignableTopic(name=topic, partitions=[
+            Req.ReassignablePartition(partition_index=p, replicas=r) for p, r in partitions])])
+        resp = raw(b.port, 45, 0, body)
+        assert resp.error_code == 0
+        return [(p.partition_index, p.error_code, p.error_message) for p in resp.responses[0].partitions]
+
+    assert alter([(0, [0]), (1, [0])]) == [(0, 0, None), (1, 0, None)]
+    assert alter([(0, None), (1, []), (0, [0, 0]), (1, [0, 3]), (5, [0])]) == [
+        (0, 85, "No partition reassignment is in progress."),
+        (1, 39, "The manual partition assignment includes an empty replica list."),
+        (0, 39, "The manual partition assignment includes the broker 0 more than once."),
+        (1, 39, "The manual partition assignment includes broker 3, but no such broker is registered."),
+        (5, 3, f"Unable to find partition {topic}:5.")]
+    node = shutil.which("node")
+    assert node, "node is needed (make tools installs npm and kafkajs)"
+    env = {**os.environ, "BROKER": b.bootstrap, "TOPIC": topic}
+    out = subprocess.run([node, str(REPO_ROOT / "tests" / "js" / "admin.js")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"same": "ok", "other": "INVALID_REPLICA_ASSIGNMENT", "list": {"topics": []},
+                   "listAll": {"topics": []}}
