@@ -690,7 +690,8 @@ def test_admin_kp_list_describe_offsets_delete(gbroker, request):
         settle([m], 3)
         m.c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 2, 6)], asynchronous=False)
         mine = [g for g in a.list_groups() if g["group_id"] == group]
-        assert mine == [{"group_id": group, "protocol_type": "consumer", "group_state": "Stable"}]
+        # kafka-python speaks ListGroups v5, which adds each group's type (KIP-848)
+        assert mine == [{"group_id": group, "protocol_type": "consumer", "group_state": "Stable", "group_type": "classic"}]
         assert group not in [g["group_id"] for g in a.list_groups(states_filter=["Empty"])]
         assert group in [g["group_id"] for g in a.list_groups(states_filter=["stable"])]
         d = a.describe_groups([group])[group]
