@@ -65,6 +65,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     43: (0, 2, handlers.elect_leaders.handle),
     45: (0, 0, handlers.alter_partition_reassignments.handle),
     46: (0, 0, handlers.list_partition_reassignments.handle),
+    23: (0, 4, handlers.offset_for_leader_epoch.handle),
     29: (0, 3, handlers.acls.handle_describe),
     30: (0, 3, handlers.acls.handle_create),
     31: (0, 3, handlers.acls.handle_delete),

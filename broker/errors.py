@@ -50,3 +50,19 @@ def error_code_for(exc: BaseException) -> int:
 class StartupError(Exception):
     """The broker cannot start: the message is the one line the operator gets (a port
     in use, a log dir that cannot be used or is another broker's, node ids that differ)."""
+
+
+NO_LEADER_EPOCH = -1
+
+
+def leader_epoch_error(current_leader_epoch: int, leader_epoch: int | None) -> int:
+    """Kafka's Partition.checkCurrentLeaderEpoch for the current leader epoch a client
+    sends (Fetch v9+, ListOffsets v4+, OffsetForLeaderEpoch v2+): -1 is "not given";
+    older than the partition's FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, else 0."""
+    if current_leader_epoch == NO_LEADER_EPOCH or leader_epoch is None:
+        return 0
+    if leader_epoch > current_leader_epoch:
+        return int(ErrorCode.FENCED_LEADER_EPOCH)
+    if leader_epoch < current_leader_epoch:
+        return int(ErrorCode.UNKNOWN_LEADER_EPOCH)
+    return 0

@@ -67,6 +67,7 @@ from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
 from storage.index import CorruptIndexError
+from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
 from storage.segment import (
@@ -124,7 +125,7 @@ class Log:
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
                  log_start_offset: int | None = None, had_clean_shutdown: bool = False,
-                 producer_id_expiration_ms: int | None = None):
+                 producer_id_expiration_ms: int | None = None, leader_epoch: int | None = None):
         self.dir = os.fspath(dir_path)
         # the broker's producer.id.expiration.ms (a dynamic broker config; LogManager sets it)
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -150,6 +151,13 @@ class Log:
         self._hw = self._leo
         if log_start_offset is not None and log_start_offset > self._log_start_offset:
             self._log_start_offset = min(int(log_start_offset), self._leo)
+        # leader epochs (storage.leader_epoch_cache): those past the recovered end go, the
+        # current one begins at the log end if it is new (Kafka's makeLeader)
+        self._epochs = LeaderEpochCache(self.dir)
+        self._epochs.truncate_from_end(self._leo)
+        self._epochs.truncate_from_start(self._log_start_offset)
+        if leader_epoch is not None:
+            self._epochs.assign(leader_epoch, self._leo)
         try:
             self._producer_state = ProducerStateManager(
                 self.dir, topic_partition=f"{self.topic}-{self.partition}",
@@ -469,7 +477,9 @@ class Log:
         psm = self._producer_state
         entry, completed = psm.prepare_marker(producer_id, producer_epoch, offset, not commit, coordinator_epoch, now)
         append_time = getattr(self.config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
+        epoch = self._epochs.latest_epoch
         data = R.build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now, base_offset=offset,
+                                      partition_leader_epoch=-1 if epoch is None else epoch,
                                       log_append_time=append_time)
         va = ValidatedAppend(data, offset, offset, now, offset, now if append_time else -1, 1,
                              [BatchInfo(0, len(data), offset, offset, now, offset)])
@@ -563,6 +573,22 @@ class Log:
         return self._segments[-1]
 
     @property
+    def leader_epoch(self) -> int | None:
+        """The partition's current leader epoch (stamped into every appended batch), None
+        when the log was opened without one."""
+        return self._epochs.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """Kafka's UnifiedLog.endOffsetForEpoch: (epoch, end offset of that epoch) for
+        OffsetForLeaderEpoch, None when the epoch is unknown."""
+        found_epoch, offset = self._epochs.end_offset_for(epoch, self._leo)
+        return None if offset == UNDEFINED_EPOCH_OFFSET else (found_epoch, offset)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The leader epoch that wrote ``offset``, None before the first known epoch."""
+        return self._epochs.epoch_for_offset(offset)
+
+    @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -594,7 +620,7 @@ class Log:
         """Append a completed ``storage.validator.Analysis``: offsets from the log end,
         the append time never below the last one, then :meth:`append_validated`."""
         self._ensure_open()
-        va = analysis.assign(self._leo, self._last_append_time_ms)
+        va = analysis.assign(self._leo, self._last_append_time_ms, self._epochs.latest_epoch)
         return self.append_validated(va, now_ms=self.clock.time_ms(), coordinator=coordinator)
 
     def append_validated(self, va, *, now_ms: int | None = None, coordinator: bool = False) -> AppendInfo:
@@ -747,6 +773,7 @@ class Log:
         logger.info("incrementing the log start offset of %s-%d to %d", self.topic, self.partition, new_offset)
         self._log_start_offset = new_offset
         self._producer_state.on_log_start_offset_incremented(new_offset)
+        self._epochs.truncate_from_start(new_offset)
         return True
 
     # ------------------------------------------------------------------ retention
@@ -820,6 +847,7 @@ class Log:
         new_start = self._segments[k].base_offset
         if new_start > self._log_start_offset:
             self._log_start_offset = new_start
+            self._epochs.truncate_from_start(new_start)
         del self._segments[:k]
         del self._bases[:k]
         delay = getattr(self.config, "file_delete_delay_ms", 60000) or 0
@@ -966,6 +994,10 @@ class Log:
         self._leo = offset
         self._hw = min(self._hw, offset)
         self.recovery_point = min(self.recovery_point, offset)
+        current = self._epochs.latest_epoch
+        self._epochs.truncate_from_end(offset)
+        if current is not None and self._epochs.latest_epoch != current:
+            self._epochs.assign(current, offset)  # still this partition's leader epoch
         self._rebuild_producer_state(offset)
 
     # ------------------------------------------------------------------ durability

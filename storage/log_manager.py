@@ -82,6 +82,11 @@ class TopicInfo:
     overrides: dict[str, str] = field(default_factory=dict)
 
 
+# The leader epoch of every partition: this broker leads them all and leadership never
+# moves, so it stays 0 (Metadata, ListOffsets, DescribeTopicPartitions report it; every
+# appended batch carries it; leader-epoch-checkpoint records where it began).
+LEADER_EPOCH = 0
+
 # org.apache.kafka.common.internals.Topic.INTERNAL_TOPICS
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
@@ -227,7 +232,7 @@ class LogManager:
                     recovery_point=recovery_points.get(d, {}).get((name, p)),
                     log_start_offset=start_offsets.get(d, {}).get((name, p)),
                     had_clean_shutdown=clean.get(d, False),
-                    producer_id_expiration_ms=self._pid_expiration_ms())
+                    producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
@@ -318,7 +323,7 @@ class LogManager:
             for p in range(partitions):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                 log = Log(path, topic_config, self.clock, topic=name, partition=p,
-                          producer_id_expiration_ms=self._pid_expiration_ms())
+                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
                 self._logs[(name, p)] = log
                 created.append(log)
             self._topics[name] = info
@@ -541,7 +546,7 @@ class LogManager:
             for p in range(current, new_total):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                 log = Log(path, info.config, self.clock, topic=name, partition=p,
-                          producer_id_expiration_ms=self._pid_expiration_ms())
+                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
                 self._logs[(name, p)] = log
                 created.append(log)
             info.num_partitions = new_total

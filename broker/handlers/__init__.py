@@ -21,6 +21,7 @@ from broker.handlers import (  # noqa: F401
     elect_leaders,
     alter_partition_reassignments,
     list_partition_reassignments,
+    offset_for_leader_epoch,
     incremental_alter_configs,
     delete_records,
     delete_topics,

@@ -22,7 +22,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import DescribeTopicPartitionsResponse as R
 
 from broker.security import authorizer as A
-from storage.log_manager import INTERNAL_TOPICS
+from storage.log_manager import INTERNAL_TOPICS, LEADER_EPOCH
 
 _ZERO = uuid.UUID(int=0)
 
@@ -82,7 +82,7 @@ def _describe(ctx, request, session):
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
         upper = min(info.num_partitions, start + remaining)
         parts = [R.DescribeTopicPartitionsResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=0, replica_nodes=[node],
+            error_code=0, partition_index=p, leader_id=node, leader_epoch=LEADER_EPOCH, replica_nodes=[node],
             isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
             for p in range(start, upper)]
         entry = _topic(0, name, info.topic_id, name in INTERNAL_TOPICS, parts)

@@ -29,7 +29,7 @@ from protocol import records as rec
 from protocol.errors import ErrorCode
 from protocol.messages import FetchResponse
 
-from broker.errors import error_code_for
+from broker.errors import error_code_for, leader_epoch_error
 from broker.security import authorizer as A
 from storage import errors as se
 from storage.segment import READ_MAX_DECOMPRESSED
@@ -53,6 +53,22 @@ def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
         preferred_read_replica=-1,
         records=b"",
     )
+
+
+def _diverging_epoch(plog, last_fetched_epoch, fetch_offset):
+    """Kafka's Partition.readRecords for a fetch naming its last fetched epoch (v12+,
+    KIP-595): an epoch whose end is unknown or a fetch offset before the log start is
+    OFFSET_OUT_OF_RANGE (a PartitionData), an epoch that ended before the fetch offset
+    (or only a lower one is known) is diverging: (epoch, end offset). None: read on."""
+    found = plog.end_offset_for_epoch(last_fetched_epoch)
+    if found is None or fetch_offset < plog.log_start_offset:
+        hw = plog.high_watermark
+        return _partition_error(plog.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, plog.last_stable_offset,
+                                plog.log_start_offset)
+    epoch, end = found
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None
 
 
 def _read_all(ctx, version, request, denied=frozenset()):
@@ -80,6 +96,22 @@ def _read_all(ctx, version, request, denied=frozenset()):
                 parts.append(_partition_error(index, error_code_for(exc)))
                 had_error = True
                 continue
+            if version >= 9:
+                code = leader_epoch_error(p.current_leader_epoch, plog.leader_epoch)
+                if code:
+                    parts.append(_partition_error(index, code))
+                    had_error = True
+                    continue
+            if version >= 12 and p.last_fetched_epoch >= 0:
+                diverged = _diverging_epoch(plog, p.last_fetched_epoch, p.fetch_offset)
+                if diverged is not None:
+                    parts.append(diverged if isinstance(diverged, PartitionData) else PartitionData(
+                        partition_index=index, error_code=0, high_watermark=plog.high_watermark,
+                        last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
+                        aborted_transactions=None, preferred_read_replica=-1, records=b"",
+                        diverging_epoch=PartitionData.EpochEndOffset(epoch=diverged[0], end_offset=diverged[1])))
+                    had_error = had_error or isinstance(diverged, PartitionData)
+                    continue
             max_bytes = min(p.partition_max_bytes, limit_bytes) if not hard_limit else p.partition_max_bytes
             stable = plog.last_stable_offset
             try:

@@ -16,7 +16,7 @@ from time import perf_counter
 from protocol.errors import ErrorCode
 from protocol.messages import ListOffsetsResponse
 
-from broker.errors import error_code_for
+from broker.errors import error_code_for, leader_epoch_error
 from broker.security import authorizer as A
 from storage import errors as se
 
@@ -29,14 +29,19 @@ PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 
 
-def _resp(index, code=0, offset=-1, timestamp=-1, old_style=None):
+def _resp(index, code=0, offset=-1, timestamp=-1, old_style=None, plog=None):
+    """``plog`` given: the leader epoch reported is the one that wrote ``offset``
+    (Kafka: the found batch's epoch, the latest epoch for the log end), else -1."""
+    epoch = None
+    if plog is not None and code == 0 and offset >= 0:
+        epoch = plog.epoch_for_offset(offset)
     return PartitionResponse(
         partition_index=index,
         error_code=int(code),
         old_style_offsets=old_style if old_style is not None else [],
         timestamp=timestamp,
         offset=offset,
-        leader_epoch=0 if code == 0 and offset >= 0 else -1,
+        leader_epoch=-1 if epoch is None else epoch,
     )
 
 
@@ -68,6 +73,11 @@ def handle(ctx, header, request, session=None):
             if version == 0:
                 parts.append(_resp(index, 0, old_style=_offsets_before(ctx, plog, p.timestamp, p.max_num_offsets)))
                 continue
+            if version >= 4:
+                code = leader_epoch_error(p.current_leader_epoch, plog.leader_epoch)
+                if code:
+                    parts.append(_resp(index, code))
+                    continue
             parts.append(_lookup(plog, version, index, p.timestamp, request.isolation_level, ctx.metrics))
         topics_out.append(TopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics_out)
@@ -80,9 +90,9 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
     # read_committed (isolation level 1) sees the log up to the last stable offset
     fetchable = plog.last_stable_offset if isolation_level == 1 else plog.high_watermark
     if ts == LATEST:
-        return _resp(index, 0, fetchable, -1)
+        return _resp(index, 0, fetchable, -1, plog=plog)
     if ts in (EARLIEST, EARLIEST_LOCAL):
-        return _resp(index, 0, plog.log_start_offset, -1)
+        return _resp(index, 0, plog.log_start_offset, -1, plog=plog)
     if ts == MAX_TIMESTAMP:
         try:
             found = plog.offset_of_max_timestamp()
@@ -90,7 +100,7 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
             return _read_failed(plog, index, exc)
         if found is None:
             return _resp(index, 0, -1, -1)
-        return _resp(index, 0, found[0], found[1])
+        return _resp(index, 0, found[0], found[1], plog=plog)
     if ts == LATEST_TIERED:
         return _resp(index, 0, -1, -1)
     if ts < 0:
@@ -104,7 +114,7 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
         metrics.time_index_lookup(perf_counter() - started)
     if found is None or found[0] >= fetchable:
         return _resp(index, 0, -1, -1)
-    return _resp(index, 0, found[0], found[1])
+    return _resp(index, 0, found[0], found[1], plog=plog)
 
 
 def _read_failed(plog, index, exc):

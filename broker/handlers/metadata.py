@@ -15,7 +15,7 @@ from protocol.messages import MetadataResponse
 from broker.errors import error_code_for
 from broker.security import authorizer as A
 from storage import errors as se
-from storage.log_manager import INTERNAL_TOPICS as _INTERNAL_TOPICS
+from storage.log_manager import INTERNAL_TOPICS as _INTERNAL_TOPICS, LEADER_EPOCH
 
 log = logging.getLogger("chronolog.metadata")
 
@@ -30,7 +30,7 @@ def _topic_entry(ctx, info, version):
             error_code=0,
             partition_index=p,
             leader_id=node,
-            leader_epoch=0,
+            leader_epoch=LEADER_EPOCH,
             replica_nodes=[node],
             isr_nodes=[node],
             offline_replicas=[],

@@ -236,6 +236,19 @@ def _cases(topic, doomed, group, new_topic):
          [([], CLUSTER_DENIED), ([(*c, "ALTER")], 0)]),
         ("ListPartitionReassignments", 46, 0, T.ListPartitionReassignmentsRequest(timeout_ms=1000, topics=None),
          lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
+        # brokers ask with CLUSTER_ACTION, consumers (KIP-320 validation) with DESCRIBE on the topic
+        ("OffsetForLeaderEpoch", 23, 4, T.OffsetForLeaderEpochRequest(replica_id=-2, topics=[
+            T.OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[
+                T.OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                                       leader_epoch=0)])]),
+         lambda r: r.topics[0].partitions[0].error_code,
+         [([], TOPIC_DENIED), ([("topic", topic, "DESCRIBE")], 0)]),
+        ("OffsetForLeaderEpoch (broker)", 23, 4, T.OffsetForLeaderEpochRequest(replica_id=0, topics=[
+            T.OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=topic, partitions=[
+                T.OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1,
+                                                                       leader_epoch=0)])]),
+         lambda r: r.topics[0].partitions[0].error_code,
+         [([], TOPIC_DENIED), ([(*c, "CLUSTER_ACTION")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
         ("DescribeAcls", 29, 3, T.DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,
