@@ -329,8 +329,9 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ JoinGroup
     def join(self, *, group_id: str, member_id: str, group_instance_id: str | None,
              protocol_type: str, protocols, session_timeout_ms: int, rebalance_timeout_ms: int,
-             client_id: str, client_host: str, require_known_member_id: bool):
-        """Returns a future of a JoinResult."""
+             client_id: str, client_host: str, require_known_member_id: bool, reason: str | None = None):
+        """Returns a future of a JoinResult. ``reason``: the client's (JoinGroup v8+,
+        KIP-800), added to the rebalance's logged reason."""
         protocols = [(n, bytes(m) if m is not None else b"") for n, m in protocols]
         if not group_id:
             return self._done(JoinResult(E.INVALID_GROUP_ID, member_id=member_id))
@@ -353,7 +354,8 @@ class GroupCoordinator:
         fut = self.new_future()
         args = dict(group_instance_id=group_instance_id, protocol_type=protocol_type, protocols=protocols,
                     session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
-                    client_id=client_id, client_host=client_host)
+                    client_id=client_id, client_host=client_host,
+                    client_reason=f"; client reason: {reason}" if reason else "")
         if not member_id:
             self._join_unknown(g, fut, require_known_member_id, **args)
         else:
@@ -489,7 +491,7 @@ class GroupCoordinator:
         g.new_member_added = True
         # a new member that never comes back is removed after its session timeout
         self._schedule_heartbeat(g, member)
-        self._maybe_prepare_rebalance_or_complete_join(g, f"member {member_id} joined")
+        self._maybe_prepare_rebalance_or_complete_join(g, f"member {member_id} joined{a.get('client_reason', '')}")
 
     def _update_member_and_rebalance(self, g: ClassicGroup, member: Member, fut, a) -> None:
         member.protocols = a["protocols"]
@@ -499,7 +501,8 @@ class GroupCoordinator:
         member.client_id = a["client_id"]
         member.client_host = a["client_host"]
         member.join_futures.append(fut)
-        self._maybe_prepare_rebalance_or_complete_join(g, f"member {member.member_id} rejoined")
+        self._maybe_prepare_rebalance_or_complete_join(
+            g, f"member {member.member_id} rejoined{a.get('client_reason', '')}")
 
     def _update_static_member_and_rebalance(self, g: ClassicGroup, fut, old_id: str, new_id: str, a) -> None:
         """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: a static member that
@@ -779,14 +782,18 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ LeaveGroup
     def leave(self, group_id: str, members: list) -> tuple[int, list]:
-        """``members``: [(member_id, group_instance_id)]. Returns (top-level error,
+        """``members``: [(member_id, group_instance_id)] or with the client's reason
+        (LeaveGroup v5+, KIP-800) as a third item. Returns (top-level error,
         [(member_id, group_instance_id, error)])."""
         g = self.group(group_id)
         if g is None:
-            return int(E.UNKNOWN_MEMBER_ID), [(mid, iid, int(E.UNKNOWN_MEMBER_ID)) for mid, iid in members]
+            return int(E.UNKNOWN_MEMBER_ID), [(mid, iid, int(E.UNKNOWN_MEMBER_ID)) for mid, iid, *_ in members]
         results = []
         changed = False
-        for mid, iid in members:
+        reasons = []
+        for mid, iid, *why in members:
+            if why and why[0]:
+                reasons.append(why[0])
             if iid is None and mid in g.pending_members:
                 g.pending_members.pop(mid).cancel()
                 results.append((mid, iid, 0))
@@ -805,13 +812,15 @@ class GroupCoordinator:
             if m is None:
                 results.append((mid, iid, int(E.UNKNOWN_MEMBER_ID)))
                 continue
-            log.info("member %s (instance %s) is leaving group %s", mid, iid, g.group_id)
+            log.info("member %s (instance %s) is leaving group %s%s", mid, iid, g.group_id,
+                     f"; client reason: {why[0]}" if why and why[0] else "")
             self._remove_member(g, m)
             results.append((mid, iid, 0))
             changed = True
         if changed:
             if g.state in (STABLE, COMPLETING_REBALANCE):
-                self._prepare_rebalance(g, "member(s) left the group")
+                self._prepare_rebalance(g, "member(s) left the group" + "".join(
+                    f"; client reason: {r}" for r in dict.fromkeys(reasons)))
             elif g.state == PREPARING_REBALANCE:
                 self._maybe_complete_join(g)
         return 0, results

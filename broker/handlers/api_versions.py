@@ -1,4 +1,4 @@
-"""ApiVersions (key 18), v0-3.
+"""ApiVersions (key 18), v0-4 (v4 differs from v3 only in allowing feature min version 0, KAFKA-17011).
 
 The v3 response carries no tagged fields: librdkafka before 2.2 (Debian's kcat) fails
 to parse SupportedFeatures/FinalizedFeatures, and this broker has no features to list.

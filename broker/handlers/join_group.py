@@ -1,9 +1,11 @@
-"""JoinGroup (key 11), v0-7: the classic rebalance protocol (broker/coordinator/group.py).
+"""JoinGroup (key 11), v0-9: the classic rebalance protocol (broker/coordinator/group.py).
 
 v0 has no rebalance timeout (the session timeout is used, as Kafka does); v4+ clients
 joining without a member id get MEMBER_ID_REQUIRED and a member id to come back with
 (KIP-394); v5+ carry group.instance.id (static membership, KIP-345). The response waits
-(without blocking anything else) until the rebalance completes.
+(without blocking anything else) until the rebalance completes. v8+ carry the client's
+reason (KIP-800), logged with the rebalance; v9 tells a static leader rejoining a stable
+group to skip the assignment (KIP-814).
 """
 
 from protocol.errors import ErrorCode
@@ -50,6 +52,7 @@ async def handle(ctx, header, request, session=None):
         client_id=header.client_id or "",
         client_host=session.client_host if session is not None else coord.client_host,
         require_known_member_id=version >= 4,
+        reason=request.reason if version >= 8 else None,
     )
     res = await fut
     if res.skip_assignment and version < 9:

@@ -1,5 +1,6 @@
-"""LeaveGroup (key 13), v0-4: v0-2 name one member; v3+ a batch of members, each by
-member id and/or group.instance.id (KIP-345), with a result per member."""
+"""LeaveGroup (key 13), v0-5: v0-2 name one member; v3+ a batch of members, each by
+member id and/or group.instance.id (KIP-345), with a result per member; v5 each
+member's reason (KIP-800), logged."""
 
 from protocol.errors import ErrorCode
 from protocol.messages import LeaveGroupResponse
@@ -13,7 +14,8 @@ def handle(ctx, header, request, session=None):
         return LeaveGroupResponse(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), members=[])
     coord = getattr(ctx, "group_coordinator", None)
     if version >= 3:
-        members = [(m.member_id or "", m.group_instance_id) for m in request.members]
+        members = [(m.member_id or "", m.group_instance_id, m.reason if version >= 5 else None)
+                   for m in request.members]
     else:
         members = [(request.member_id, None)]
     if coord is None:

@@ -1,4 +1,4 @@
-"""ListOffsets (key 2), v0-9: offsets by special value or by time (KIP-33).
+"""ListOffsets (key 2), v0-10 (v10 adds only a timeout for tiered-storage lookups): offsets by special value or by time (KIP-33).
 
 -1 LATEST (the high watermark), -2 EARLIEST (log start offset), -3 MAX_TIMESTAMP (v7+),
 -4 EARLIEST_LOCAL (v8+, the log start offset here), -5 LATEST_TIERED (v9+, -1/-1: no

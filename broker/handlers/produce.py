@@ -1,4 +1,5 @@
-"""Produce (key 0), v0-9.
+"""Produce (key 0), v0-11 (v10 differs only in leader hints for NOT_LEADER errors,
+which a single broker never answers; v11 is below).
 
 Each partition is validated and appended on its own: a failing partition does not
 affect the others in the request. acks=0 gets no response; acks=1 and acks=-1 are the
@@ -14,7 +15,7 @@ mapped by broker.errors).  Transactional batches: without a transactional id the
 request answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED (KafkaApis.handleProduceRequest);
 with one, the transaction coordinator must have the partition in that producer's
 ongoing transaction (KIP-890 verification, ``transaction.partition.verification.enable``):
-a partition not added answers INVALID_TXN_STATE, a fenced epoch INVALID_PRODUCER_EPOCH,
+a partition not added answers INVALID_TXN_STATE (v11+ TRANSACTION_ABORTABLE), a fenced epoch INVALID_PRODUCER_EPOCH,
 a producer id the transactional id does not hold INVALID_PRODUCER_ID_MAPPING, a
 transaction being completed CONCURRENT_TRANSACTIONS. Nothing is appended then.
 
@@ -108,7 +109,7 @@ def handle(ctx, header, request, session=None):
              for t in request.topic_data for p in t.partition_data]
     results: list = []
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
-        items = [(t, p, _verified(ctx, txn_id, t, p, r)) for t, p, r in items]
+        items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
     for i, (topic, partition, records) in enumerate(items):
         r = _append_one(ctx, lm, version, topic, partition, records)
         if isinstance(r, _Deferred):
@@ -192,9 +193,10 @@ _VERIFY_ERRORS = {ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
                   ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE}
 
 
-def _verified(ctx, txn_id, topic, partition, records):
+def _verified(ctx, txn_id, topic, partition, records, version=9):
     """``records``, or the error answer of a transactional batch whose partition is not
-    in its producer's ongoing transaction (KIP-890 part 1)."""
+    in its producer's ongoing transaction (KIP-890 part 1): v11+ TRANSACTION_ABORTABLE,
+    older versions INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager answers."""
     if records is _DENIED or records is None or len(records) < rec.HEADER_SIZE or rec.magic_of(records, 0) != 2:
         return records
     try:
@@ -209,12 +211,14 @@ def _verified(ctx, txn_id, topic, partition, records):
     code = coord.verify_partitions(txn_id, h.producer_id, h.producer_epoch, [(topic, partition)])[(topic, partition)]
     if not code:
         return records
-    code = _VERIFY_ERRORS.get(ErrorCode(code), ErrorCode(code))
+    code = ErrorCode(code)
+    if not (version >= 11 and code == ErrorCode.TRANSACTION_ABORTABLE):
+        code = _VERIFY_ERRORS.get(code, code)
     log.info("refused transactional produce of producer %d (epoch %d, transactional id %r) to %s-%d: %s",
              h.producer_id, h.producer_epoch, txn_id, topic, partition, code.name)
     return _error(partition, code, f"partition {topic}-{partition} is not part of the ongoing transaction of "
                                    f"{txn_id!r} (producer {h.producer_id}, epoch {h.producer_epoch})"
-                  if code == ErrorCode.INVALID_TXN_STATE else None)
+                  if code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE) else None)
 
 
 def _append_one(ctx, lm, version, topic, partition, records):

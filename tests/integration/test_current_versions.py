@@ -1,0 +1,157 @@
+"""The newest versions of the APIs Kafka 3.9/4.x clients send (issue 15), at the version
+where each one changed something: Produce v11 (TRANSACTION_ABORTABLE), JoinGroup v8-9
+and LeaveGroup v5 (the client's reason, KIP-800), OffsetCommit v9 (GROUP_ID_NOT_FOUND),
+OffsetFetch v9 (member id and epoch), FindCoordinator v6 (share key type), ListOffsets
+v10, ApiVersions v4, InitProducerId v5; raw requests, then a librdkafka client on them."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from protocol import messages as T
+from protocol import records as R
+from protocol.errors import ErrorCode
+from tests.integration.helpers import Rec, create_topic, now_ms, produce_kp, unique_topic
+from tests.integration.test_admin_calls import raw
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def vbroker(broker_factory):
+    return broker_factory({"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"})
+
+
+def test_api_versions_v4_reads_as_a_current_broker(vbroker):
+    resp = raw(vbroker.port, 18, 4, T.ApiVersionsRequest(client_software_name="chronolog-tests",
+                                                          client_software_version="1.0"))
+    assert resp.error_code == 0
+    got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    for key, top in {0: 11, 2: 10, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 18: 4, 22: 5, 23: 4}.items():
+        assert got[key] == (0, top), key
+
+
+def _produce_txn(port, version, topic, txn_id, pid, epoch):
+    batch = R.build_batch([(now_ms(), b"k", b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                          is_transactional=True)
+    P = T.ProduceRequest
+    resp = raw(port, 0, version, P(transactional_id=txn_id, acks=-1, timeout_ms=5000, topic_data=[
+        P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+    (p,) = resp.responses[0].partition_responses
+    return p.error_code, p.error_message
+
+
+def test_produce_v11_answers_transaction_abortable(vbroker):
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("v11"))
+    txn_id = "tx-" + uuid.uuid4().hex[:8]
+    init = raw(b.port, 22, 5, T.InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60000,
+                                                       producer_id=-1, producer_epoch=-1))
+    assert init.error_code == 0 and init.producer_id >= 0
+    # the partition was never added to the transaction (KIP-890 verification): v11 clients
+    # get TRANSACTION_ABORTABLE, older ones INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager
+    code, msg = _produce_txn(b.port, 11, topic, txn_id, init.producer_id, init.producer_epoch)
+    assert code == ErrorCode.TRANSACTION_ABORTABLE and topic in msg
+    code, _ = _produce_txn(b.port, 9, topic, txn_id, init.producer_id, init.producer_epoch)
+    assert code == ErrorCode.INVALID_TXN_STATE
+    # nothing was appended
+    L = T.ListOffsetsRequest
+    resp = raw(b.port, 2, 10, L(replica_id=-1, isolation_level=0, timeout_ms=1000, topics=[L.ListOffsetsTopic(
+        name=topic, partitions=[L.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]))
+    (p,) = resp.topics[0].partitions
+    assert (p.error_code, p.offset) == (0, 0)
+
+
+def test_group_calls_at_their_newest_versions(vbroker):
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("groups-v9"))
+    produce_kp(b.bootstrap, topic, [Rec(b"k", b"v")] * 3)
+    group = "g-" + uuid.uuid4().hex[:8]
+    J = T.JoinGroupRequest
+
+    def join(member_id):
+        return raw(b.port, 11, 9, J(group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                                    member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                                    protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")],
+                                    reason="tests want a rebalance"))
+
+    first = join("")
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+    joined = join(first.member_id)
+    assert joined.error_code == 0 and joined.leader == first.member_id and joined.skip_assignment is False
+    S = T.SyncGroupRequest
+    synced = raw(b.port, 14, 5, S(group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+                                  group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                                  assignments=[S.SyncGroupRequestAssignment(member_id=joined.member_id,
+                                                                            assignment=b"")]))
+    assert synced.error_code == 0
+    C = T.OffsetCommitRequest
+
+    def commit(version, group_id, generation, member_id):
+        resp = raw(b.port, 8, version, C(group_id=group_id, generation_id_or_member_epoch=generation,
+                                         member_id=member_id, group_instance_id=None, topics=[
+            C.OffsetCommitRequestTopic(name=topic, partitions=[C.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=2, committed_leader_epoch=0, committed_metadata="m")])]))
+        return resp.topics[0].partitions[0].error_code
+
+    assert commit(9, group, joined.generation_id, joined.member_id) == 0
+    # a group that does not exist, committed to with a generation: v9 says so, older ILLEGAL_GENERATION
+    assert commit(9, group + "-none", 1, "someone") == ErrorCode.GROUP_ID_NOT_FOUND
+    assert commit(8, group + "-none", 1, "someone") == ErrorCode.ILLEGAL_GENERATION
+    F = T.OffsetFetchRequest
+    fetched = raw(b.port, 9, 9, F(groups=[F.OffsetFetchRequestGroup(
+        group_id=group, member_id=joined.member_id, member_epoch=joined.generation_id,
+        topics=[F.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])], require_stable=True))
+    (g,) = fetched.groups
+    (p,) = g.topics[0].partitions
+    assert (g.error_code, p.error_code, p.committed_offset, p.committed_leader_epoch, p.metadata) == (0, 0, 2, 0, "m")
+    Lv = T.LeaveGroupRequest
+    left = raw(b.port, 13, 5, Lv(group_id=group, members=[Lv.MemberIdentity(
+        member_id=joined.member_id, group_instance_id=None, reason="the test is done")]))
+    assert left.error_code == 0 and [m.error_code for m in left.members] == [0]
+    text = b.log_path.read_text()
+    assert "client reason: tests want a rebalance" in text and "client reason: the test is done" in text
+
+
+def test_find_coordinator_v6_and_share_key_type(vbroker):
+    b = vbroker
+    FC = T.FindCoordinatorRequest
+    resp = raw(b.port, 10, 6, FC(key_type=0, coordinator_keys=["g1", "g2"]))
+    assert [(c.key, c.error_code, c.node_id, c.port) for c in resp.coordinators] == [
+        ("g1", 0, 0, b.port), ("g2", 0, 0, b.port)]
+    # share groups (KIP-932) have no coordinator here: Kafka without one answers INVALID_REQUEST
+    resp = raw(b.port, 10, 6, FC(key_type=2, coordinator_keys=["grp:topic-id:0"]))
+    assert [c.error_code for c in resp.coordinators] == [ErrorCode.INVALID_REQUEST]
+
+
+def test_librdkafka_on_the_newest_versions(vbroker):
+    """confluent-kafka negotiates the highest versions both sides know: a transactional
+    produce, a group commit and a read_committed consume run on them end to end."""
+    from confluent_kafka import Consumer, Producer
+
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("newest"))
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex[:8]})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+    p.commit_transaction(30)
+    group = "g-" + uuid.uuid4().hex[:8]
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        got = []
+        for _ in range(60):
+            m = c.poll(1)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            if len(got) == 5:
+                break
+        assert got == [b"v%d" % i for i in range(5)]
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
