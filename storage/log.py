@@ -67,6 +67,7 @@ from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
 from storage.index import CorruptIndexError
+from storage import partition_metadata
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
@@ -125,7 +126,8 @@ class Log:
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
                  log_start_offset: int | None = None, had_clean_shutdown: bool = False,
-                 producer_id_expiration_ms: int | None = None, leader_epoch: int | None = None):
+                 producer_id_expiration_ms: int | None = None, leader_epoch: int | None = None,
+                 topic_id=None):
         self.dir = os.fspath(dir_path)
         # the broker's producer.id.expiration.ms (a dynamic broker config; LogManager sets it)
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -145,6 +147,11 @@ class Log:
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         os.makedirs(self.dir, exist_ok=True)
+        # the topic id this directory belongs to (partition.metadata, KIP-516); the log
+        # manager has already set aside a directory recorded with another id
+        self.topic_id = topic_id
+        if topic_id is not None and partition_metadata.read(self.dir) != topic_id:
+            partition_metadata.write(self.dir, topic_id)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments
         self._load(rp, had_clean_shutdown)

@@ -21,6 +21,9 @@ On disk, per log dir:
   from its recovery point (unclean; see :class:`storage.log.Log`);
 * ``<topic>-<partition>.<uuid hex>-delete/``: a partition being deleted (removed at
   startup if a crash interrupted the deletion);
+* ``<topic>-<partition>.<uuid hex>-stray/``: a partition directory whose
+  ``partition.metadata`` (:mod:`storage.partition_metadata`) names an earlier topic id
+  than the topic of that name now has, set aside at startup and kept for the operator;
 * ``.lock``: an empty file the broker holds an exclusive lock on (``fcntl`` record lock,
   as Kafka's ``FileChannel.tryLock``) from start-up to shutdown, so two brokers can never
   share a log dir; the kernel releases it when the process dies.
@@ -59,6 +62,7 @@ from storage.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from storage import partition_metadata
 from storage.log import Log, parse_topic_partition_dir
 
 __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
@@ -223,6 +227,8 @@ class LogManager:
             self._topics[name] = info
             for p in range(info.num_partitions):
                 path = found.pop((name, p), None)
+                if path is not None:
+                    path = self._set_aside_if_stray(path, info)
                 if path is None:
                     path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                     logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
@@ -232,7 +238,8 @@ class LogManager:
                     recovery_point=recovery_points.get(d, {}).get((name, p)),
                     log_start_offset=start_offsets.get(d, {}).get((name, p)),
                     had_clean_shutdown=clean.get(d, False),
-                    producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
+                    producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
+                    topic_id=info.topic_id)
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
@@ -290,6 +297,26 @@ class LogManager:
             raise errors[0]
 
     # ------------------------------------------------------------------ topics
+    def _set_aside_if_stray(self, path: str, info: TopicInfo) -> str | None:
+        """A partition directory whose ``partition.metadata`` names another topic id holds
+        an earlier topic of the same name (deleted, then created again): it is renamed
+        ``<dir>.<its id>-stray`` and kept, never served under the new topic (Kafka's stray
+        replicas, KIP-858, which Kafka then deletes). Returns the path to load, or None."""
+        try:
+            recorded = partition_metadata.read(path)
+        except partition_metadata.PartitionMetadataError as exc:
+            logger.warning("%s; rewriting it with topic id %s", exc, partition_metadata.kafka_uuid(info.topic_id))
+            return path
+        if recorded is None or recorded == info.topic_id:
+            return path
+        stray = f"{path}.{recorded.hex}-stray"
+        logger.warning("partition directory %s belongs to topic id %s, not %s's current id %s: renamed %s and "
+                       "not loaded", path, partition_metadata.kafka_uuid(recorded), info.name,
+                       partition_metadata.kafka_uuid(info.topic_id), stray)
+        os.rename(path, stray)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+        return None
+
     def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)
 
@@ -323,7 +350,8 @@ class LogManager:
             for p in range(partitions):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                 log = Log(path, topic_config, self.clock, topic=name, partition=p,
-                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
+                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
+                          topic_id=info.topic_id)
                 self._logs[(name, p)] = log
                 created.append(log)
             self._topics[name] = info
@@ -546,7 +574,8 @@ class LogManager:
             for p in range(current, new_total):
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                 log = Log(path, info.config, self.clock, topic=name, partition=p,
-                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH)
+                          producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
+                          topic_id=info.topic_id)
                 self._logs[(name, p)] = log
                 created.append(log)
             info.num_partitions = new_total

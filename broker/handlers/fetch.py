@@ -1,4 +1,4 @@
-"""Fetch (key 1), v0-12.
+"""Fetch (key 1), v0-17.
 
 Reads go from the offset-index floor to the first batch that reaches the fetch offset
 and are sent as file slices (sendfile) for v4+. Fetch v0-v3 predate magic 2, so their
@@ -18,6 +18,11 @@ Long polling: when fewer than ``min_bytes`` are available and nothing failed, th
 request is parked until an append to one of its partitions or ``max_wait_ms``.
 Fetch sessions (KIP-227) are not kept: every response says session id 0, which tells
 clients to send full requests.
+
+Topic ids (v13+, KIP-516): topics are named by id; an id no topic has (never created, or
+a topic deleted or re-created since the client learnt it) answers UNKNOWN_TOPIC_ID for
+each of its partitions. v14 and v16 differ only in errors and leader hints a single
+broker never sends; v15 moves a follower's id into ReplicaState; v17 adds its directory.
 """
 
 from __future__ import annotations
@@ -71,9 +76,17 @@ def _diverging_epoch(plog, last_fetched_epoch, fetch_offset):
     return None
 
 
+def _resolve_topic_ids(ctx, request):
+    """v13+: each requested topic's name from its id, None for an id no topic has."""
+    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+    for t in request.topics:
+        t.topic = names.get(t.topic_id)
+
+
 def _read_all(ctx, version, request, denied=frozenset()):
     """One pass over the requested partitions (those of ``denied`` topics answer
-    TOPIC_AUTHORIZATION_FAILED). Returns (response, bytes, had_error)."""
+    TOPIC_AUTHORIZATION_FAILED, those of an unknown topic id UNKNOWN_TOPIC_ID).
+    Returns (response, bytes, had_error)."""
     lm = ctx.log_manager
     hard_limit = version <= 2
     limit_bytes = _INT_MAX if version < 3 else max(0, request.max_bytes)
@@ -85,6 +98,11 @@ def _read_all(ctx, version, request, denied=frozenset()):
     topics_out = []
     for t in request.topics:
         parts = []
+        if t.topic is None:  # v13+: an unknown topic id
+            topics_out.append(TopicResponse(topic="", topic_id=t.topic_id, partitions=[
+                _partition_error(p.partition, ErrorCode.UNKNOWN_TOPIC_ID) for p in t.partitions]))
+            had_error = True
+            continue
         for p in t.partitions:
             index = p.partition
             if t.topic in denied:
@@ -184,21 +202,25 @@ def _read_all(ctx, version, request, denied=frozenset()):
                     records=records,
                 )
             )
-        topics_out.append(TopicResponse(topic=t.topic, partitions=parts))
+        topics_out.append(TopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
     return response, total, had_error
 
 
 def handle(ctx, header, request, session=None):
     version = header.api_version
-    if getattr(request, "replica_id", -1) >= 0 and not ctx.authorize(
+    if version >= 13:
+        _resolve_topic_ids(ctx, request)
+    replica_id = request.replica_state.replica_id if version >= 15 else getattr(request, "replica_id", -1)
+    if replica_id >= 0 and not ctx.authorize(
             session, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME, "Fetch"):
         # a follower's fetch (KafkaApis: CLUSTER_ACTION on the cluster, every partition)
-        denied = frozenset(t.topic for t in request.topics)
+        denied = frozenset(t.topic for t in request.topics if t.topic is not None)
     else:
-        denied = ctx.unauthorized(session, A.READ, A.TOPIC, (t.topic for t in request.topics), "Fetch")
+        denied = ctx.unauthorized(session, A.READ, A.TOPIC,
+                                  (t.topic for t in request.topics if t.topic is not None), "Fetch")
     response, total, had_error = _read_all(ctx, version, request, denied)
-    allowed = [t for t in request.topics if t.topic not in denied]
+    allowed = [t for t in request.topics if t.topic is not None and t.topic not in denied]
     if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed
             or getattr(ctx, "shutting_down", False)):
         if ctx.metrics is not None:  # bytes out and fetch requests per topic
