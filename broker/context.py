@@ -38,6 +38,8 @@ class BrokerContext:
     scram_store: object = None
     # storage.entity_configs.EntityConfigStore of the GROUP config resources
     group_configs: object = None
+    # broker.quotas.ClientQuotas: client quotas (AlterClientQuotas) and their throttling
+    client_quotas: object = None
     # broker.security.authorizer.Authorizer when authorizer.class.name is set, else None
     authorizer: object = None
     # storage.log_cleaner.LogCleaner (compaction of cleanup.policy=compact topics)

@@ -11,6 +11,7 @@ framing errors close a connection.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from time import perf_counter
@@ -66,6 +67,8 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     45: (0, 0, handlers.alter_partition_reassignments.handle),
     46: (0, 0, handlers.list_partition_reassignments.handle),
     23: (0, 4, handlers.offset_for_leader_epoch.handle),
+    48: (0, 1, handlers.describe_client_quotas.handle),
+    49: (0, 1, handlers.alter_client_quotas.handle),
     29: (0, 3, handlers.acls.handle_describe),
     30: (0, 3, handlers.acls.handle_create),
     31: (0, 3, handlers.acls.handle_delete),
@@ -112,6 +115,14 @@ class Dispatcher:
         ip = conn.peer_host[1:] if conn.peer_host.startswith("/") else conn.peer_host
         conn.session = new_session(listener, ip)
         if not self.limits.accept(conn, listener, ip):
+            return False
+        quotas = self.ctx.client_quotas
+        if quotas is not None and not quotas.connection_allowed(ip, self.ctx.clock.time_ms()):
+            log.info("closing connection from %s on listener %s: connection_creation_rate quota of %s exceeded",
+                     conn._peer, listener.name, ip)
+            self.limits.release(conn)
+            if self.metrics is not None:
+                self.metrics.connection_rejected(listener.name)
             return False
         if ssl_object is not None:
             from broker.security.tls import NoMatchingRule, subject_dn
@@ -185,7 +196,7 @@ class Dispatcher:
             conn.close()
             return None
         metrics = self.metrics
-        started = perf_counter() if metrics is not None else 0.0
+        started = perf_counter()
         try:
             if api_key in TAKES_SESSION:
                 result = entry[2](self.ctx, header, request, session=session)
@@ -195,16 +206,69 @@ class Dispatcher:
             if metrics is not None:
                 metrics.request_failed(api_key, perf_counter() - started)
             return self._error_response(conn, header, request, exc)
+        quotas = self.ctx.client_quotas
+        throttled = quotas is not None and quotas.enforcing
         if inspect.isawaitable(result):
-            return self._finish_async(conn, header, request, result, started)
+            return self._finish_async(conn, header, request, result, started,
+                                      (len(frame), perf_counter() - started) if throttled else None)
+        throttle_ms = 0
+        if throttled:
+            result, throttle_ms = self._throttle(conn, header, request, result, len(frame), perf_counter() - started)
         if result is None:
             if metrics is not None:
                 metrics.request_done(api_key, None, perf_counter() - started)
-            return None
+            return self._throttled(conn, None, throttle_ms) if throttle_ms else None
         encoded = codec.encode_response(api_key, version, header.correlation_id, result)
         if metrics is not None:
             metrics.request_done(api_key, result, perf_counter() - started)
-        return encoded
+        return self._throttled(conn, encoded, throttle_ms) if throttle_ms else encoded
+
+    # -- client quotas ---------------------------------------------------------------------
+    def _throttle(self, conn, header, request, response, request_bytes: int, seconds: float):
+        """Record the request against the client's quotas (broker.quotas): the frame
+        size for a Produce (producer_byte_rate), the records sent for a consumer's Fetch
+        (consumer_byte_rate), the handler time for every request (request_percentage).
+        Returns (response, throttle ms): a throttled Fetch is answered without records
+        (Kafka's getThrottledResponse, its bytes taken back), every response carries
+        the throttle time."""
+        from broker.quotas import FETCH, PRODUCE, REQUEST, user_of
+
+        quotas = self.ctx.client_quotas
+        user, client = user_of(conn.session), header.client_id or ""
+        now = self.ctx.clock.time_ms()
+        api_key = header.api_key
+        throttle = 0
+        fetched = None
+        if api_key == 0 and quotas.active(PRODUCE):
+            throttle = quotas.record(PRODUCE, user, client, request_bytes, now)
+        elif (api_key == 1 and response is not None and quotas.active(FETCH)
+              and _fetch_replica_id(header.api_version, request) < 0):
+            fetched = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
+            throttle = quotas.record(FETCH, user, client, fetched, now)
+        if quotas.active(REQUEST):
+            throttle = max(throttle, quotas.record(REQUEST, user, client, seconds * 100.0, now))
+        # set by a handler: controller_mutation_rate (CreateTopics, CreatePartitions, DeleteTopics)
+        throttle = max(throttle, getattr(response, "throttle_time_ms", 0) or 0)
+        if throttle <= 0:
+            return response, 0
+        if fetched is not None:
+            quotas.unrecord(FETCH, user, client, fetched, now)
+            response = type(response)(throttle_time_ms=throttle, error_code=0, session_id=0, responses=[])
+        elif response is not None and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = throttle
+        if self.metrics is not None:
+            self.metrics.throttled(codec.API_KEYS.get(api_key, str(api_key)), throttle)
+        return response, throttle
+
+    @staticmethod
+    async def _throttled(conn, chunks, throttle_ms: int):
+        """KIP-219: the response goes out now; the connection then reads nothing for
+        ``throttle_ms`` (Kafka mutes the channel), which holds back an older client that
+        does not wait on its own."""
+        if chunks:
+            conn.write_chunks(chunks)
+        await asyncio.sleep(throttle_ms / 1000.0)
+        return None
 
     def _error_response(self, conn, header, request, exc: Exception):
         """Kafka's KafkaApis.handleError: an unexpected failure answers the request with
@@ -228,7 +292,10 @@ class Dispatcher:
             conn.close()
             return None
 
-    async def _finish_async(self, conn, header, request, awaitable, started: float = 0.0):
+    async def _finish_async(self, conn, header, request, awaitable, started: float = 0.0, throttle=None):
+        """``throttle``: (request bytes, handler seconds before the first wait) when
+        client quotas are enforced; the time spent waiting (a Fetch long poll) is not
+        the client's request time."""
         metrics = self.metrics
         try:
             response = await awaitable
@@ -236,13 +303,21 @@ class Dispatcher:
             if metrics is not None:
                 metrics.request_failed(header.api_key, perf_counter() - started)
             return self._error_response(conn, header, request, exc)
+        throttle_ms = 0
+        if throttle is not None:
+            response, throttle_ms = self._throttle(conn, header, request, response, *throttle)
         if response is None:
             if metrics is not None:
                 metrics.request_done(header.api_key, None, perf_counter() - started)
+            if throttle_ms:
+                await self._throttled(conn, None, throttle_ms)
             return None
         encoded = codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
         if metrics is not None:
             metrics.request_done(header.api_key, response, perf_counter() - started)
+        if throttle_ms:
+            await self._throttled(conn, encoded, throttle_ms)
+            return None
         return encoded
 
     def _unsupported_api_versions(self, header):
@@ -253,6 +328,12 @@ class Dispatcher:
             api_keys=api_version_entries(),
         )
         return codec.encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)
+
+
+def _fetch_replica_id(version: int, request) -> int:
+    if version >= 15:
+        return request.replica_state.replica_id
+    return getattr(request, "replica_id", -1)
 
 
 def api_version_entries():

@@ -280,6 +280,11 @@ class BrokerMetrics:
                                          "Time from decoding a request to its encoded response, async "
                                          "completion (Fetch long polling) included (TotalTimeMs)",
                                          ["api"], buckets=LATENCY_BUCKETS, registry=ev)
+        # -- client quotas (broker.quotas) ----------------------------------------------
+        self.throttles = Counter("chronolog_client_throttles", "Responses throttled by a client quota, per API "
+                                 "(the throttle-time sensors of Kafka's ClientQuotaManager)", ["api"], registry=ev)
+        self.throttle_time = Counter("chronolog_client_throttle_time_ms", "Milliseconds of throttle time given to "
+                                     "clients, per API", ["api"], registry=ev)
         # -- KIP-32 append delay ------------------------------------------------------
         self.append_delay = Histogram("chronolog_produce_append_delay_seconds",
                                       "Broker time at append minus the batch's max CreateTime, one "
@@ -348,6 +353,10 @@ class BrokerMetrics:
         req.inc()
         hist.observe(seconds)
         self.request_errors.labels(name, "UNKNOWN_SERVER_ERROR").inc()
+
+    def throttled(self, api: str, throttle_ms: int) -> None:
+        self.throttles.labels(api).inc()
+        self.throttle_time.labels(api).inc(throttle_ms)
 
     def authentication(self, listener: str, mechanism: str, ok: bool) -> None:
         self.authentications.labels(listener, mechanism, "success" if ok else "failure").inc()

@@ -127,6 +127,7 @@ class BrokerServer:
     async def _start(self) -> None:
         cfg = self.config
         from broker.security.listeners import build_listeners
+        from broker.quotas import ClientQuotas
         from storage.entity_configs import EntityConfigStore
         from storage.scram_credentials import ScramCredentialStore
 
@@ -159,6 +160,8 @@ class BrokerServer:
             listeners=listeners,
             scram_store=ScramCredentialStore(cfg.log_dirs[0]),
             group_configs=EntityConfigStore(cfg.log_dirs[0], "group-configs"),
+            client_quotas=ClientQuotas(EntityConfigStore(cfg.log_dirs[0], "client-quotas"),
+                                       cfg.quota_window_num, cfg.quota_window_size_seconds),
         )
         if cfg.authorizer_class_name:
             from broker.security.authorizer import Authorizer

@@ -433,6 +433,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.num.partitions", T.INT, 50, Range.at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", T.INT, 104857600, Range.at_least(1),
               "segment.bytes of __consumer_offsets when the broker creates it."),
+    # client quotas (broker.quotas): rates are measured over quota.window.num samples of
+    # quota.window.size.seconds each, as Kafka's ClientQuotaManager
+    ConfigKey("quota.window.num", T.INT, 11, Range.at_least(1),
+              "The number of samples to retain in memory for client quotas."),
+    ConfigKey("quota.window.size.seconds", T.INT, 1, Range.at_least(1),
+              "The time span of each sample for client quotas."),
     # transaction coordinator
     ConfigKey("transaction.max.timeout.ms", T.INT, 900000, Range.at_least(1),
               "Longest transaction timeout a producer may ask for; InitProducerId asking more gets "

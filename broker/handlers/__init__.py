@@ -22,6 +22,8 @@ from broker.handlers import (  # noqa: F401
     alter_partition_reassignments,
     list_partition_reassignments,
     offset_for_leader_epoch,
+    describe_client_quotas,
+    alter_client_quotas,
     incremental_alter_configs,
     delete_records,
     delete_topics,

@@ -15,6 +15,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreatePartitionsResponse
 
 from broker.errors import error_code_for
+from broker.quotas import ThrottlingQuotaExceeded, mutation_quota_for
 from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.create_partitions")
@@ -25,6 +26,7 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 def handle(ctx, header, request, session=None):
     lm = ctx.log_manager
     counts = Counter(t.name for t in request.topics)
+    mutations = mutation_quota_for(ctx, header, session, strict_since=3)
     results = []
     for t in request.topics:
         name = t.name
@@ -57,7 +59,15 @@ def handle(ctx, header, request, session=None):
                     if ids[0] != ctx.node_id:
                         raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                        f"The manual partition assignment includes broker {ids[0]}, but no such broker is registered.")
-            lm.create_partitions(name, t.count, validate_only=request.validate_only)
+            if request.validate_only:
+                lm.create_partitions(name, t.count, validate_only=True)
+            else:
+                lm.create_partitions(name, t.count, validate_only=True)
+                mutations.record(t.count - current)  # controller_mutation_rate, after validation
+                lm.create_partitions(name, t.count, validate_only=False)
+        except ThrottlingQuotaExceeded as exc:
+            results.append(Result(name=name, error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED), error_message=str(exc)))
+            continue
         except _Refused as exc:
             results.append(Result(name=name, error_code=exc.code, error_message=str(exc)))
             continue
@@ -65,7 +75,7 @@ def handle(ctx, header, request, session=None):
             results.append(Result(name=name, error_code=error_code_for(exc), error_message=str(exc)))
             continue
         results.append(Result(name=name, error_code=0, error_message=None))
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(throttle_time_ms=mutations.throttle_ms, results=results)
 
 
 class _Refused(Exception):

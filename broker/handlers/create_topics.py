@@ -9,6 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import CreateTopicsResponse
 
 from broker.errors import error_code_for
+from broker.quotas import ThrottlingQuotaExceeded, mutation_quota_for
 from broker.security import authorizer as A
 from config.describe import BrokerLayers, topic_entries
 
@@ -30,6 +31,7 @@ def handle(ctx, header, request, session=None):
     layers = BrokerLayers(lm.static_broker_config, default, per_broker)
     counts = Counter(t.name for t in request.topics)
     may_create_any = ctx.authorize(session, A.CREATE, A.CLUSTER, A.CLUSTER_NAME, "CreateTopics")
+    mutations = mutation_quota_for(ctx, header, session, strict_since=6)
     results = []
     for t in request.topics:
         name = t.name
@@ -67,10 +69,13 @@ def handle(ctx, header, request, session=None):
                 continue
             configs[c.name] = c.value
         try:
-            if request.validate_only:
-                info = lm.validate_new_topic(name, partitions, configs)
-            else:
+            info = lm.validate_new_topic(name, partitions, configs)
+            if not request.validate_only:
+                mutations.record(partitions)  # controller_mutation_rate, after validation as Kafka
                 info = lm.create_topic(name, partitions, configs)
+        except ThrottlingQuotaExceeded as exc:
+            results.append(_error(name, ErrorCode.THROTTLING_QUOTA_EXCEEDED, str(exc)))
+            continue
         except Exception as exc:
             code = error_code_for(exc)
             results.append(_error(name, code, str(exc)))
@@ -101,5 +106,5 @@ def handle(ctx, header, request, session=None):
                 ],
             )
         )
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(throttle_time_ms=mutations.throttle_ms, topics=results)
 

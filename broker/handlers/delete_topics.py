@@ -9,6 +9,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import DeleteTopicsResponse
 
 from broker.errors import error_code_for
+from broker.quotas import ThrottlingQuotaExceeded, mutation_quota_for
 from broker.security import authorizer as A
 
 log = logging.getLogger("chronolog.delete_topics")
@@ -24,6 +25,7 @@ def handle(ctx, header, request, session=None):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(n, _NULL_UUID) for n in request.topic_names]
+    mutations = mutation_quota_for(ctx, header, session, strict_since=5)
     results = []
     for name, topic_id in wanted:
         if name is None:
@@ -46,7 +48,12 @@ def handle(ctx, header, request, session=None):
             results.append(Result(name=name, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), error_message=f"Topic {name} not found"))
             continue
         try:
+            mutations.record(info.num_partitions)  # controller_mutation_rate
             lm.delete_topic(name)
+        except ThrottlingQuotaExceeded as exc:
+            results.append(Result(name=name, topic_id=info.topic_id, error_code=int(ErrorCode.THROTTLING_QUOTA_EXCEEDED),
+                                  error_message=str(exc)))
+            continue
         except Exception as exc:
             results.append(Result(name=name, topic_id=info.topic_id, error_code=error_code_for(exc), error_message=str(exc)))
             continue
@@ -56,4 +63,4 @@ def handle(ctx, header, request, session=None):
             ctx.metrics.topic_deleted(name)
         log.info("deleted topic %s", name)
         results.append(Result(name=name, topic_id=info.topic_id, error_code=0, error_message=None))
-    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+    return DeleteTopicsResponse(throttle_time_ms=mutations.throttle_ms, responses=results)

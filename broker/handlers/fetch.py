@@ -219,6 +219,8 @@ def handle(ctx, header, request, session=None):
     else:
         denied = ctx.unauthorized(session, A.READ, A.TOPIC,
                                   (t.topic for t in request.topics if t.topic is not None), "Fetch")
+    if replica_id < 0 and version >= 3:
+        _cap_to_quota(ctx, header, request, session)
     response, total, had_error = _read_all(ctx, version, request, denied)
     allowed = [t for t in request.topics if t.topic is not None and t.topic not in denied]
     if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed
@@ -230,6 +232,21 @@ def handle(ctx, header, request, session=None):
     if ctx.metrics is not None:
         return _counted(ctx.metrics, _long_poll(ctx, version, request, keys, denied))
     return _long_poll(ctx, version, request, keys, denied)
+
+
+def _cap_to_quota(ctx, header, request, session) -> None:
+    """A consumer under a consumer_byte_rate quota fetches at most what the quota allows
+    in its window (Kafka's getMaxValueInQuotaWindow cap), so a fetch is never throttled
+    just for being large; the dispatcher throttles what it sends (broker.quotas)."""
+    from broker.quotas import FETCH, user_of
+
+    quotas = ctx.client_quotas
+    if quotas is None or not quotas.active(FETCH):
+        return
+    cap = quotas.max_value_in_window(FETCH, user_of(session), header.client_id or "")
+    if cap is not None and cap < request.max_bytes:
+        request.max_bytes = max(0, int(cap))
+        request.min_bytes = min(request.min_bytes, request.max_bytes)
 
 
 async def _counted(metrics, long_poll):

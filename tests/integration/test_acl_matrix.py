@@ -249,6 +249,13 @@ def _cases(topic, doomed, group, new_topic):
                                                                        leader_epoch=0)])]),
          lambda r: r.topics[0].partitions[0].error_code,
          [([], TOPIC_DENIED), ([(*c, "CLUSTER_ACTION")], 0)]),
+        ("DescribeClientQuotas", 48, 1, T.DescribeClientQuotasRequest(components=[], strict=False),
+         lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE_CONFIGS")], 0)]),
+        ("AlterClientQuotas", 49, 1, T.AlterClientQuotasRequest(entries=[T.AlterClientQuotasRequest.EntryData(
+            entity=[T.AlterClientQuotasRequest.EntityData(entity_type="client-id", entity_name="matrix")],
+            ops=[T.AlterClientQuotasRequest.OpData(key="producer_byte_rate", value=1e9, remove=False)])],
+            validate_only=True),
+         lambda r: r.entries[0].error_code, [([], CLUSTER_DENIED), ([(*c, "ALTER_CONFIGS")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
         ("DescribeAcls", 29, 3, T.DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,

@@ -203,7 +203,7 @@ def test_usage_errors_exit_2_before_connecting(argv, word, code, capsys):
 
 def test_argparse_usage_errors_exit_2(capsys):
     for argv in (["get-offsets"], ["topics", "--bootstrap-server", "h:1"],
-                 ["configs", "--bootstrap-server", "h:1", "--entity-type", "clients", "--describe"],
+                 ["configs", "--bootstrap-server", "h:1", "--entity-type", "widgets", "--describe"],
                  ["consumer-groups", "--bootstrap-server", "h:1", "--list", "--describe"]):
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
@@ -271,3 +271,32 @@ def test_fetch_committed_group_error_is_a_tool_error():
     coord = _FakeCoord(8, R(groups=[R.OffsetFetchResponseGroup(group_id="g", error_code=30, topics=[])]))
     with pytest.raises(ToolError, match="GROUP_AUTHORIZATION_FAILED"):
         fetch_committed(coord, "g")
+
+
+def test_configs_quota_entities_and_java_doubles():
+    import argparse
+
+    from broker.tools import UsageError
+    from broker.tools.configs import _java_double, _normalize
+
+    def norm(**kw):
+        ns = argparse.Namespace(entity_types=None, entity_names=None, shorthand=None)
+        for k, v in kw.items():
+            setattr(ns, k, v)
+        _normalize(ns)
+        return ns
+
+    ns = norm(entity_types=["users", "clients"], entity_names=["alice", ""])
+    assert ns.quota_entity == [("users", "alice"), ("clients", "")] and ns.entity_name == "alice"
+    ns = norm(shorthand=[("users", ""), ("clients", "app")])
+    assert ns.quota_entity == [("users", ""), ("clients", "app")] and ns.entity_default
+    assert norm(entity_types=["ips"]).quota_entity == [("ips", None)]
+    for bad, words in ((dict(entity_types=["users", "ips"]), "only users and clients"),
+                       (dict(entity_types=["users"], entity_names=["a", "b"]), "more --entity-name"),
+                       (dict(entity_types=["users", "users"]), "once"),
+                       (dict(entity_types=["users"], shorthand=[("users", "a")]), "not both"),
+                       (dict(), "required")):
+        with pytest.raises(UsageError, match=words):
+            norm(**bad)
+    assert [_java_double(v) for v in (1024.0, 0.5, 12.5, 1e7, 20000000.0, 1048576.0, 1.5e-4, 0.0)] == [
+        "1024.0", "0.5", "12.5", "1.0E7", "2.0E7", "1048576.0", "1.5E-4", "0.0"]
