@@ -156,6 +156,20 @@ def validate_tls_protocols(name: str, value: Any) -> None:
             raise ConfigError(name, value, f"TLS protocol {p} is not supported (supported: " + ", ".join(TLS_PROTOCOLS) + ")")
 
 
+CONSUMER_ASSIGNORS = {"uniform": "uniform", "range": "range",
+                      "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                      "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def validate_assignors(name: str, value: Any) -> None:
+    if not value:
+        raise ConfigError(name, value, "at least one assignor is needed (uniform, range)")
+    for a in value:
+        if a not in CONSUMER_ASSIGNORS:
+            raise ConfigError(name, value, f"unknown assignor {a} (the server-side assignors are uniform and range, "
+                                           "or Kafka's UniformAssignor / RangeAssignor class names)")
+
+
 def validate_authorizer(name: str, value: Any) -> None:
     if value and value not in (STANDARD_AUTHORIZER, ACL_AUTHORIZER):
         raise ConfigError(name, value, "Chronolog's authorizer implements " + STANDARD_AUTHORIZER
@@ -408,6 +422,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
               "The minimum heartbeat interval for registered consumers."),
     ConfigKey("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, Range.at_least(1),
               "The maximum heartbeat interval for registered consumers."),
+    ConfigKey("group.consumer.assignors", T.LIST, ["uniform", "range"], validate_assignors,
+              "The server-side assignors of the consumer group protocol, by name (uniform, range) or Kafka's "
+              "class names; the first is the default."),
     ConfigKey("group.consumer.max.size", T.INT, INT_MAX, Range.at_least(1),
               "The maximum number of consumers that a single consumer group (consumer protocol) can accommodate."),
     ConfigKey("group.share.session.timeout.ms", T.INT, 45000, Range.at_least(1),

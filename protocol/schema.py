@@ -387,7 +387,8 @@ def _parse_fields(
             map_key=bool(rf.get("mapKey", False)),
             zero_copy=bool(rf.get("zeroCopy", False)),
             about=rf.get("about", ""),
-            raw_default=rf.get("default"),
+            # a JSON null default (one group-coordinator schema writes it so) means "null"
+            raw_default="null" if "default" in rf and rf["default"] is None else rf.get("default"),
             is_array=is_array,
             elem_type=elem,
         )

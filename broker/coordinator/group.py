@@ -128,6 +128,8 @@ def _number(entries: dict, base) -> None:
 
 
 class ClassicGroup:
+    kind = "classic"  # broker.coordinator.consumer_group.ConsumerGroup: "consumer"
+
     def __init__(self, group_id: str, now_ms: int):
         self.group_id = group_id
         self.state = EMPTY
@@ -240,6 +242,9 @@ class _NullStore:
     def write_group(self, group, value):
         pass
 
+    def write_records(self, group, pairs):
+        pass
+
 
 class GroupCoordinator:
     """Every group of this broker (the only coordinator of every group)."""
@@ -248,7 +253,7 @@ class GroupCoordinator:
                  initial_rebalance_delay_ms: int = 3000, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1800000, offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
                  topic_partitions: Callable[[str], int | None] | None = None,
-                 max_metadata_size: int = 4096, group_max_size: int = 2**31 - 1):
+                 max_metadata_size: int = 4096, group_max_size: int = 2**31 - 1, consumer_groups=None):
         self.clock = clock
         self.scheduler = scheduler or _LoopScheduler()
         self.new_future = future_factory or _loop_future
@@ -264,6 +269,14 @@ class GroupCoordinator:
         self.loaded = True
         # the handlers do not see the connection: Kafka reports "/<client ip>"
         self.client_host = "/127.0.0.1"
+        # the consumer group protocol (KIP-848): broker.coordinator.consumer_group.ConsumerGroups
+        if consumer_groups is None:
+            from broker.coordinator.consumer_group import ConsumerGroups
+
+            consumer_groups = dict(topic_metadata=lambda topic: None)
+        from broker.coordinator.consumer_group import ConsumerGroups
+
+        self.consumer = ConsumerGroups(self, **consumer_groups)
 
     # ------------------------------------------------------------------ helpers
     def _now(self) -> int:
@@ -340,6 +353,10 @@ class GroupCoordinator:
         if rebalance_timeout_ms is None or rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         g = self.group(group_id)
+        if g is not None and g.kind == "consumer":
+            # classic members cannot join a group of the consumer protocol (Kafka with the
+            # migration policy disabled: throwIfClassicProtocolIsNotSupported)
+            return self._done(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         now = self._now()
         created = False
         if g is None:
@@ -721,7 +738,7 @@ class GroupCoordinator:
     def sync(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: dict):
         g = self.group(group_id)
-        if g is None or g.is_empty():
+        if g is None or g.is_empty() or g.kind == "consumer":
             return self._done(SyncResult(E.UNKNOWN_MEMBER_ID))
         try:
             self._validate_member(g, member_id, group_instance_id)
@@ -764,7 +781,7 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ Heartbeat
     def heartbeat(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
         g = self.group(group_id)
-        if g is None:
+        if g is None or g.kind == "consumer":
             return int(E.UNKNOWN_MEMBER_ID)
         try:
             self._validate_member(g, member_id, group_instance_id)
@@ -786,7 +803,7 @@ class GroupCoordinator:
         (LeaveGroup v5+, KIP-800) as a third item. Returns (top-level error,
         [(member_id, group_instance_id, error)])."""
         g = self.group(group_id)
-        if g is None:
+        if g is None or g.kind == "consumer":
             return int(E.UNKNOWN_MEMBER_ID), [(mid, iid, int(E.UNKNOWN_MEMBER_ID)) for mid, iid, *_ in members]
         results = []
         changed = False
@@ -836,6 +853,9 @@ class GroupCoordinator:
             raise CoordinatorError(E.GROUP_ID_NOT_FOUND if version >= 9 else E.ILLEGAL_GENERATION)
         if g.state == DEAD:
             raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE)
+        if g.kind == "consumer":  # the generation is the member epoch (OffsetCommit v9)
+            self.consumer.validate_commit(g, member_id, generation_id, version, transactional=False)
+            return g
         if generation_id < 0 and g.state == EMPTY:
             return g
         if generation_id >= 0 or member_id or group_instance_id is not None:
@@ -860,7 +880,7 @@ class GroupCoordinator:
             g = self.validate_commit(g, group_id, generation_id, member_id, group_instance_id, version)
         except CoordinatorError as e:
             return {k: e.code for k in keys}
-        if g.members and member_id in g.members:
+        if g.kind == "classic" and g.members and member_id in g.members:
             self._schedule_heartbeat(g, g.members[member_id])
         now = self._now()
         results: dict = {}
@@ -892,8 +912,8 @@ class GroupCoordinator:
                     results[k] = int(code)
                 accepted = {}
             g.offsets.update(accepted)
-        if (not g.offsets and g.is_empty() and g.state == EMPTY and g.generation_id == 0 and not g.pending_members
-                and not g.pending_txn_offsets):
+        if (g.kind == "classic" and not g.offsets and g.is_empty() and g.state == EMPTY and g.generation_id == 0
+                and not g.pending_members and not g.pending_txn_offsets):
             self.groups.pop(group_id, None)
         return results
 
@@ -940,7 +960,9 @@ class GroupCoordinator:
         try:
             if g.state == DEAD:
                 raise CoordinatorError(E.COORDINATOR_NOT_AVAILABLE)
-            if not (generation_id < 0 and g.state == EMPTY) and (
+            if g.kind == "consumer":
+                self.consumer.validate_commit(g, member_id, generation_id, 9, transactional=True)
+            elif not (generation_id < 0 and g.state == EMPTY) and (
                     generation_id >= 0 or member_id or group_instance_id is not None):
                 self._validate_member(g, member_id, group_instance_id)
                 if generation_id != g.generation_id:
@@ -1009,6 +1031,8 @@ class GroupCoordinator:
 
     def subscribed_topics(self, g: ClassicGroup) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), None if unknown."""
+        if g.kind == "consumer":
+            return {t for m in g.members.values() for t in self.consumer.subscribed(m)}
         if g.protocol_type != CONSUMER_PROTOCOL or not g.members:
             return set()
         from broker.coordinator.consumer_protocol import subscription_topics
@@ -1048,14 +1072,19 @@ class GroupCoordinator:
         return 0, results
 
     # ------------------------------------------------------------------ admin
-    def list_groups(self, states: list[str] | None = None) -> list[tuple[str, str, str]]:
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[tuple]:
+        """[(group id, protocol type, state, group type)] filtered by states and types
+        (case-insensitive, as Kafka's ListGroups v4/v5)."""
         out = []
+        wanted_types = {t.lower() for t in types} if types else None
         for gid, g in sorted(self.groups.items()):
             if g.state == DEAD:
                 continue
             if states and g.state.lower() not in {s.lower() for s in states}:
                 continue
-            out.append((gid, g.protocol_type or "", g.state))
+            if wanted_types is not None and g.kind not in wanted_types:
+                continue
+            out.append((gid, g.protocol_type or "", g.state, g.kind))
         return out
 
     def describe(self, group_id: str) -> ClassicGroup | None:
@@ -1071,7 +1100,7 @@ class GroupCoordinator:
         try:
             if tombstones:
                 self.store.write_offsets(group_id, tombstones)
-            self.store.write_group(group_id, None)
+            self._write_group_tombstones(g)
         except Exception as exc:
             log.error("could not delete group %s: %s", group_id, exc)
             return int(E.COORDINATOR_NOT_AVAILABLE)
@@ -1107,7 +1136,7 @@ class GroupCoordinator:
                 log.info("removed %d expired offset(s) of group %s", len(expired), gid)
             if not g.offsets and not g.pending_members and not g.pending_txn_offsets:
                 try:
-                    self.store.write_group(gid, None)
+                    self._write_group_tombstones(g)
                 except Exception:
                     continue
                 g.transition(DEAD, now)
@@ -1115,6 +1144,12 @@ class GroupCoordinator:
         return removed
 
     # ------------------------------------------------------------------ persistence
+    def _write_group_tombstones(self, g: ClassicGroup) -> None:
+        if g.kind == "consumer":
+            self.store.write_records(g.group_id, self.consumer.group_tombstones(g))
+        else:
+            self.store.write_group(g.group_id, None)
+
     def _persist_group(self, g: ClassicGroup) -> None:
         self.store.write_group(g.group_id, g.to_value(self._now()))
 
@@ -1143,6 +1178,8 @@ class GroupCoordinator:
         members) the member ids survive a restart.  The loaded members get a session
         timeout to come back; those that do not are removed (Kafka does the same)."""
         g = self.groups.get(group_id)
+        if g is not None and g.kind == "consumer":
+            return  # a classic record left from before the group moved to the consumer protocol
         if value is None:
             if g is not None:
                 g.members.clear()
@@ -1178,7 +1215,10 @@ class GroupCoordinator:
         limit was lowered since) starts a rebalance, so that its members can commit and
         rejoin; the members beyond the limit are refused (GROUP_MAX_SIZE_REACHED) when
         they rejoin, or removed when they do not rejoin in time."""
+        self.consumer.start_loaded_timers()
         for g in self.groups.values():
+            if g.kind == "consumer":
+                continue
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
             if g.state == STABLE and len(g.members) > self.group_max_size:
@@ -1189,6 +1229,12 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         for g in self.groups.values():
+            if g.kind == "consumer":
+                for m in g.members.values():
+                    for timer in (m.session_timer, m.rebalance_timer):
+                        if timer is not None:
+                            timer.cancel()
+                continue
             if g.sync_timer is not None:
                 g.sync_timer.cancel()
             if g.join_timer is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
+from broker.coordinator.consumer_group import assignor_names
 from broker.coordinator.group import GroupCoordinator
+from storage.log_manager import INTERNAL_TOPICS
 from broker.coordinator.store import DEFAULT_PARTITIONS, OffsetsTopicStore, replay
 
 log = logging.getLogger("chronolog.coordinator")
@@ -24,7 +26,25 @@ def start_group_coordinator(ctx) -> GroupCoordinator:
         info = lm.get_topic(topic)
         return None if info is None else info.num_partitions
 
+    def topic_metadata(topic: str):
+        info = lm.get_topic(topic)
+        return None if info is None else (info.topic_id, info.num_partitions)
+
+    def group_config(group_id: str):
+        from config.group_config import effective_group_config
+
+        store = getattr(ctx, "group_configs", None)
+        return effective_group_config(cfg, store.get(group_id) if store is not None else {})
+
     coord = GroupCoordinator(
+        consumer_groups=dict(
+            topic_metadata=topic_metadata,
+            topic_names=lambda: [t for t in lm.topics() if t not in INTERNAL_TOPICS],
+            assignors=assignor_names(getattr(cfg, "group_consumer_assignors", None) or ["uniform", "range"]),
+            session_timeout_ms=int(cfg.group_consumer_session_timeout_ms),
+            heartbeat_interval_ms=int(cfg.group_consumer_heartbeat_interval_ms),
+            max_size=int(cfg.group_consumer_max_size),
+            group_config=group_config),
         clock=ctx.clock,
         store=store,
         initial_rebalance_delay_ms=int(getattr(cfg, "group_initial_rebalance_delay_ms", 3000)),

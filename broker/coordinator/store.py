@@ -25,6 +25,7 @@ import logging
 
 from protocol import records as rec
 
+from broker.coordinator import consumer_records as cr
 from broker.coordinator import records as fmt
 
 log = logging.getLogger("chronolog.coordinator.store")
@@ -81,6 +82,12 @@ class OffsetsTopicStore:
 
     def write_group(self, group: str, value) -> None:
         self._append(group, [(fmt.group_key(group), None if value is None else fmt.group_value(value))])
+
+    def write_records(self, group: str, pairs: list) -> None:
+        """Key/value bytes already encoded (the consumer group records,
+        broker.coordinator.consumer_records), in one batch."""
+        if pairs:
+            self._append(group, pairs)
 
 
 def iter_topic_batches(log_manager, topic: str):
@@ -143,6 +150,10 @@ def replay(log_manager, coordinator) -> int:
                 continue
             count += 1
             try:
+                consumer = cr.decode(r.key, r.value)
+                if consumer is not None:
+                    coordinator.consumer.load(*consumer)
+                    continue
                 key = fmt.decode_key(r.key)
                 if isinstance(key, fmt.OffsetKey):
                     value = None if r.value is None else fmt.decode_offset_value(r.value)
@@ -153,4 +164,5 @@ def replay(log_manager, coordinator) -> int:
             except (fmt.RecordFormatError, ValueError) as exc:
                 log.warning("%s-%d offset %d: skipping unreadable record: %s",
                             OFFSETS_TOPIC, p, r.offset, exc)
+    coordinator.consumer.finish_load()
     return count

@@ -38,6 +38,8 @@ from broker.handlers import (  # noqa: F401
     offset_delete,
     describe_groups,
     list_groups,
+    consumer_group_heartbeat,
+    consumer_group_describe,
     delete_groups,
     init_producer_id,
     list_offsets,

@@ -30,7 +30,9 @@ def handle(ctx, header, request, session=None):
                                         protocol_data="", members=[],
                                         authorized_operations=_AUTHORIZED_OPS_UNSET))
             continue
-        if g is None:
+        if g is None or g.kind == "consumer":
+            # a consumer-protocol group is not a classic group: Kafka describes it as Dead
+            # (DescribeGroups v0-5; ConsumerGroupDescribe describes it)
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="",
                                         protocol_data="", members=[], authorized_operations=ops))
             continue

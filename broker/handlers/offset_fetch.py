@@ -49,6 +49,21 @@ def _fetch_authorized(ctx, session, coord, group_id, topics, stable=False):
     return err, out
 
 
+def _member_error(coord, g) -> int:
+    """OffsetFetch v9: a member of a consumer-protocol group names itself and its epoch
+    (Kafka's ConsumerGroup.validateOffsetFetch); classic groups ignore both."""
+    from broker.coordinator.group import CoordinatorError
+
+    group = coord.group(g.group_id) if coord is not None else None
+    if group is None or group.kind != "consumer":
+        return 0
+    try:
+        coord.consumer.validate_fetch(group, g.member_id, g.member_epoch)
+    except CoordinatorError as exc:
+        return exc.code
+    return 0
+
+
 def handle(ctx, header, request, session=None):
     version = header.api_version
     coord = getattr(ctx, "group_coordinator", None)
@@ -57,6 +72,10 @@ def handle(ctx, header, request, session=None):
         groups = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            err = _member_error(coord, g) if version >= 9 else 0
+            if err:  # KIP-848: the member's epoch is checked (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)
+                groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[]))
+                continue
             err, out = _fetch_authorized(ctx, session, coord, g.group_id, topics, stable)
             groups.append(R.OffsetFetchResponseGroup(
                 group_id=g.group_id, error_code=err,

@@ -1,8 +1,8 @@
 """``chronolog consumer-groups``: kafka-consumer-groups.sh for classic consumer groups.
 
 * ``--list`` (ListGroups on every broker): one group id per line.
-* ``--describe --group G`` (FindCoordinator, DescribeGroups, OffsetFetch, ListOffsets,
-  Fetch): per partition GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG
+* ``--describe --group G`` (FindCoordinator, DescribeGroups, ConsumerGroupDescribe for a
+  group of the consumer protocol, OffsetFetch, ListOffsets, Fetch): per partition GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG
   LAG-SECONDS CONSUMER-ID HOST CLIENT-ID. LAG-SECONDS is KIP-32's lag by time: now minus
   the timestamp of the next unconsumed record (the record at the committed offset, read
   with a Fetch), 0 when the group is caught up, ``-`` without a committed offset.
@@ -153,7 +153,35 @@ def describe_group(coord, group: str):
         return "Dead", "", []
     if g.error_code:
         raise ToolError(f"--group {group}: DescribeGroups failed: {error_name(g.error_code)}")
+    if g.group_state == "Dead" and coord.supports(69):
+        # a group of the consumer protocol (KIP-848) is described by ConsumerGroupDescribe
+        found = _describe_consumer_group(coord, group)
+        if found is not None:
+            return found
     return g.group_state, g.protocol_type, list(g.members)
+
+
+class _ConsumerMember:
+    """A ConsumerGroupDescribe member shaped like a DescribeGroups one for the table."""
+
+    def __init__(self, m):
+        self.member_id, self.client_id, self.client_host = m.member_id, m.client_id, m.client_host
+        self.member_assignment = None
+        self.pairs = [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions]
+
+
+def _describe_consumer_group(coord, group: str):
+    from broker.tools.client import error_name
+    from protocol.messages import ConsumerGroupDescribeRequest
+
+    _, resp = coord.request(ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False),
+                            coord.version_for(69))
+    g = resp.groups[0]
+    if g.error_code == 69:  # GROUP_ID_NOT_FOUND: unknown, or a classic group
+        return None
+    if g.error_code:
+        raise ToolError(f"--group {group}: ConsumerGroupDescribe failed: {error_name(g.error_code)}")
+    return g.group_state, "consumer", [_ConsumerMember(m) for m in g.members]
 
 
 def fetch_committed(coord, group: str, partitions: list[tuple[str, int]] | None = None
@@ -199,6 +227,10 @@ def member_assignments(members) -> dict[tuple[str, int], object]:
 
     out = {}
     for m in members:
+        if hasattr(m, "pairs"):  # a consumer-protocol member (ConsumerGroupDescribe)
+            for tp in m.pairs:
+                out[tp] = m
+            continue
         data = bytes(m.member_assignment or b"")
         if len(data) < 2:
             continue

@@ -249,6 +249,15 @@ def _cases(topic, doomed, group, new_topic):
                                                                        leader_epoch=0)])]),
          lambda r: r.topics[0].partitions[0].error_code,
          [([], TOPIC_DENIED), ([(*c, "CLUSTER_ACTION")], 0)]),
+        ("ConsumerGroupHeartbeat", 68, 1, T.ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id="matrix-member", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000, subscribed_topic_names=[topic], subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=[]),
+         lambda r: r.error_code,
+         [([], GROUP_DENIED), ([("group", group, "READ")], TOPIC_DENIED), ([("topic", topic, "DESCRIBE")], 0)]),
+        ("ConsumerGroupDescribe", 69, 0, T.ConsumerGroupDescribeRequest(group_ids=[group],
+                                                                        include_authorized_operations=False),
+         lambda r: r.groups[0].error_code, [([], GROUP_DENIED), ([("group", group, "DESCRIBE")], ANY_ALLOWED)]),
         ("DescribeClientQuotas", 48, 1, T.DescribeClientQuotasRequest(components=[], strict=False),
          lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE_CONFIGS")], 0)]),
         ("AlterClientQuotas", 49, 1, T.AlterClientQuotasRequest(entries=[T.AlterClientQuotasRequest.EntryData(

@@ -366,8 +366,9 @@ def test_delete_groups_offsets_and_list(env):
                          offsets=[("t", 0, 7, -1, "", -1)])
     coord.commit_offsets(group_id="s", generation_id=-1, member_id="", group_instance_id=None, version=8,
                          offsets=[("u", 0, 1, -1, "", -1)])
-    assert coord.list_groups() == [("g", "consumer", STABLE), ("s", "", EMPTY)]
-    assert coord.list_groups(["empty"]) == [("s", "", EMPTY)]
+    assert coord.list_groups() == [("g", "consumer", STABLE, "classic"), ("s", "", EMPTY, "classic")]
+    assert coord.list_groups(["empty"]) == [("s", "", EMPTY, "classic")]
+    assert coord.list_groups(types=["CONSUMER"]) == []
     assert coord.delete_group("g") == E.NON_EMPTY_GROUP
     assert coord.delete_group("nope") == E.GROUP_ID_NOT_FOUND
     coord.leave("g", [(a, None)])

@@ -1,0 +1,711 @@
+"""The consumer group protocol of KIP-848: ConsumerGroupHeartbeat and ConsumerGroupDescribe
+over groups whose assignment the broker computes, as Kafka's GroupMetadataManager,
+ConsumerGroup and CurrentAssignmentBuilder do it. Logic only: the clock, timers and
+record store are the GroupCoordinator's (broker.coordinator.group), which also keeps
+the committed offsets of both kinds of group.
+
+* A member joins with epoch 0 and its subscription; any change of the group's
+  subscriptions, of its members or of the subscribed topics' partitions bumps the group
+  epoch; the next heartbeat then computes a new target assignment with the server
+  assignor (``uniform``: balanced and sticky; ``range``: per topic ranges;
+  ``group.consumer.assignors``, first one the default) and the assignment epoch catches
+  up with the group epoch.
+* Each member moves to its target on its own heartbeats (Kafka's
+  CurrentAssignmentBuilder): partitions it must give up are revoked first (state
+  UNREVOKED_PARTITIONS, its epoch unchanged) until it heartbeats without them; a
+  partition still owned by another member is held back (UNRELEASED_PARTITIONS) until
+  released; then the member gets the target epoch.
+* Fencing: an epoch above the member's, or below it other than its previous epoch with
+  owned partitions it still holds, is FENCED_MEMBER_EPOCH; an unknown member id
+  UNKNOWN_MEMBER_ID. A member that does not heartbeat within the session timeout, or
+  does not revoke within its rebalance timeout, is removed.
+* Static members (instance id) leave with epoch -2 and keep their assignment for the
+  session timeout; a new member id with the same instance id takes it over.
+* Every change is written to ``__consumer_offsets`` as Kafka's records
+  (broker.coordinator.consumer_records) before the answer and replayed at start.
+* Offsets: OffsetCommit v9+ with the member's id and current epoch (else
+  STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID; older versions UNSUPPORTED_VERSION for a
+  member of this protocol), OffsetFetch v9 checks the epoch it is given; admin clients
+  (epoch -1) commit only while the group is empty.
+
+Regular-expression subscriptions (SubscribedTopicRegex, v1): the topics whose whole
+name matches (Python's ``re``, which agrees with Kafka's RE2/J for the patterns clients
+send), internal topics excluded; a topic created later that matches joins the
+subscription at the next heartbeat. An empty regex clears it; one that does not compile
+is INVALID_REGULAR_EXPRESSION.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from protocol import messages as M
+from protocol.errors import ErrorCode as E
+
+from broker.coordinator import consumer_records as CR
+from broker.coordinator.group import DEAD, EMPTY, ClassicGroup, CoordinatorError
+
+log = logging.getLogger("chronolog.coordinator")
+
+ASSIGNING, RECONCILING, STABLE_STATE = "Assigning", "Reconciling", "Stable"
+# MemberState
+M_STABLE, M_UNREVOKED, M_UNRELEASED, M_UNKNOWN = 0, 1, 2, 127
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+
+ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def assignor_names(configured) -> list[str]:
+    """``group.consumer.assignors`` -> assignor names (Kafka's class names accepted)."""
+    out = []
+    for item in configured:
+        name = ASSIGNOR_CLASSES.get(item.strip(), item.strip())
+        if name not in ("uniform", "range"):
+            raise ValueError(f"group.consumer.assignors: unknown assignor {item!r} (uniform, range, or Kafka's "
+                             "UniformAssignor / RangeAssignor class names)")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ValueError("group.consumer.assignors: at least one assignor is needed")
+    return out
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: list = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = -1
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: int = M_STABLE
+    assigned: dict = field(default_factory=dict)            # topic id -> set(partitions)
+    pending_revocation: dict = field(default_factory=dict)  # topic id -> set(partitions)
+    session_timer: object = None
+    rebalance_timer: object = None
+
+
+class ConsumerGroup(ClassicGroup):
+    """A group of the consumer protocol. It is a ClassicGroup for everything the two
+    kinds share (committed offsets, transactional offsets, expiration)."""
+
+    kind = "consumer"
+
+    def __init__(self, group_id: str, now_ms: int):
+        self._dead = False
+        super().__init__(group_id, now_ms)
+        self.protocol_type = "consumer"
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.target: dict[str, dict] = {}              # member id -> {topic id: set}
+        self.subscription_metadata: dict[str, tuple] = {}  # topic -> (topic id, partitions)
+
+    @property
+    def state(self) -> str:
+        if self._dead:
+            return DEAD
+        if not self.members:
+            return EMPTY
+        if self.assignment_epoch < self.group_epoch:
+            return ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state != M_STABLE:
+                return RECONCILING
+        return STABLE_STATE
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._dead = value == DEAD
+
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
+
+    def preferred_assignor(self, default: str) -> str:
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            if m.server_assignor:
+                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+        return max(sorted(counts), key=lambda n: counts[n]) if counts else default
+
+
+# ----------------------------------------------------------------------------- assignors
+def _uniform(members: dict, topics: dict, current: dict) -> dict:
+    """Balanced and sticky: every member subscribed to a partition's topic may take it;
+    partitions stay with their current target owner while it has fewer than its share,
+    the rest go to the eligible member with the fewest partitions."""
+    out = {mid: {} for mid in members}
+    partitions = [(tid, p) for name, (tid, n) in sorted(topics.items()) for p in range(n)]
+    eligible = {}
+    for tid, p in partitions:
+        name = next(n for n, (t, _) in topics.items() if t == tid)
+        eligible[(tid, p)] = [mid for mid in sorted(members) if name in members[mid]]
+    counts = {mid: 0 for mid in members}
+    total = len([tp for tp in partitions if eligible[tp]])
+    n = max(1, len(members))
+    share = -(-total // n)  # ceil: no member keeps more than this
+    free = []
+    for tp in partitions:
+        owner = next((mid for mid in eligible[tp] if tp[1] in current.get(mid, {}).get(tp[0], ())), None)
+        if owner is not None and counts[owner] < share:
+            out[owner].setdefault(tp[0], set()).add(tp[1])
+            counts[owner] += 1
+        elif eligible[tp]:
+            free.append(tp)
+    for tp in free:
+        mid = min(eligible[tp], key=lambda m: (counts[m], m))
+        out[mid].setdefault(tp[0], set()).add(tp[1])
+        counts[mid] += 1
+    # even out what stickiness left unbalanced (a member over the floor share gives to one
+    # two below it), moving as few partitions as possible
+    changed = True
+    while changed:
+        changed = False
+        for mid in sorted(members, key=lambda m: -counts[m]):
+            for tid in sorted(out[mid], key=str):
+                for p in sorted(out[mid][tid]):
+                    cands = [m for m in eligible[(tid, p)] if counts[m] + 1 < counts[mid]]
+                    if cands:
+                        to = min(cands, key=lambda m: (counts[m], m))
+                        out[mid][tid].discard(p)
+                        out[to].setdefault(tid, set()).add(p)
+                        counts[mid] -= 1
+                        counts[to] += 1
+                        changed = True
+                        break
+                if changed:
+                    break
+            if changed:
+                break
+    return {mid: {t: ps for t, ps in a.items() if ps} for mid, a in out.items()}
+
+
+def _range(members: dict, topics: dict, current: dict) -> dict:
+    """Per topic, its subscribers in member-id order get consecutive ranges, the first
+    ``partitions % subscribers`` one more (Kafka's RangeAssignor)."""
+    out = {mid: {} for mid in members}
+    for name, (tid, n) in sorted(topics.items()):
+        subs = sorted(mid for mid in members if name in members[mid])
+        if not subs:
+            continue
+        per, extra = divmod(n, len(subs))
+        start = 0
+        for i, mid in enumerate(subs):
+            count = per + (1 if i < extra else 0)
+            if count:
+                out[mid][tid] = set(range(start, start + count))
+            start += count
+    return out
+
+
+ASSIGNORS = {"uniform": _uniform, "range": _range}
+
+
+# ----------------------------------------------------------------------------- the protocol
+class ConsumerGroups:
+    """The KIP-848 side of a GroupCoordinator (``coord``)."""
+
+    def __init__(self, coord, *, topic_metadata, topic_names=None, assignors=("uniform", "range"),
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000, max_size: int = 2**31 - 1,
+                 group_config=None):
+        self.coord = coord
+        # the topic names regex subscriptions are matched against (internal ones left out)
+        self.topic_names = topic_names or (lambda: [])
+        # topic name -> (topic id, partitions) or None; topic id -> name via topic_names
+        self.topic_metadata = topic_metadata
+        self.assignors = list(assignors)
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_size = max_size
+        # group id -> {"consumer.session.timeout.ms": .., "consumer.heartbeat.interval.ms": ..}
+        self.group_config = group_config or (lambda group_id: {})
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _now(self) -> int:
+        return self.coord._now()
+
+    def _session_timeout(self, group_id: str) -> int:
+        return int(self.group_config(group_id).get("consumer.session.timeout.ms", self.session_timeout_ms))
+
+    def _heartbeat_interval(self, group_id: str) -> int:
+        return int(self.group_config(group_id).get("consumer.heartbeat.interval.ms", self.heartbeat_interval_ms))
+
+    def _write(self, group_id: str, pairs: list) -> None:
+        if pairs:
+            self.coord.store.write_records(group_id, pairs)
+
+    @staticmethod
+    def _member_record(g, m: ConsumerMember):
+        V = M.ConsumerGroupMemberMetadataValue
+        return (CR.key(CR.MEMBER_METADATA, g.group_id, m.member_id), CR.value(0, V(
+            instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+            classic_member_metadata=None)))
+
+    @staticmethod
+    def _current_record(g, m: ConsumerMember):
+        V = M.ConsumerGroupCurrentMemberAssignmentValue
+        return (CR.key(CR.CURRENT_ASSIGNMENT, g.group_id, m.member_id), CR.value(0, V(
+            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=m.state,
+            assigned_partitions=CR.topic_partitions(V.TopicPartitions, m.assigned),
+            partitions_pending_revocation=CR.topic_partitions(V.TopicPartitions, m.pending_revocation))))
+
+    @staticmethod
+    def _epoch_record(g):
+        return (CR.key(CR.GROUP_METADATA, g.group_id),
+                CR.value(0, M.ConsumerGroupMetadataValue(epoch=g.group_epoch)))
+
+    @staticmethod
+    def _member_tombstones(g, member_id: str) -> list:
+        return [(CR.key(CR.CURRENT_ASSIGNMENT, g.group_id, member_id), None),
+                (CR.key(CR.TARGET_MEMBER, g.group_id, member_id), None),
+                (CR.key(CR.MEMBER_METADATA, g.group_id, member_id), None)]
+
+    def group_tombstones(self, g: ConsumerGroup) -> list:
+        out = []
+        for mid in g.members:
+            out += [(CR.key(CR.CURRENT_ASSIGNMENT, g.group_id, mid), None)]
+        for mid in g.target:
+            out += [(CR.key(CR.TARGET_MEMBER, g.group_id, mid), None)]
+        out.append((CR.key(CR.TARGET_METADATA, g.group_id), None))
+        for mid in g.members:
+            out += [(CR.key(CR.MEMBER_METADATA, g.group_id, mid), None)]
+        out.append((CR.key(CR.GROUP_METADATA, g.group_id), None))
+        return out
+
+    def subscribed(self, m: ConsumerMember) -> set:
+        """The member's topics: its names and the topics its regex matches."""
+        topics = set(m.subscribed_topic_names)
+        if m.subscribed_topic_regex:
+            try:
+                pattern = re.compile(m.subscribed_topic_regex)
+            except re.error:
+                return topics
+            topics.update(t for t in self.topic_names() if pattern.fullmatch(t))
+        return topics
+
+    def _subscription_metadata(self, g: ConsumerGroup) -> dict:
+        names = set()
+        for m in g.members.values():
+            names.update(self.subscribed(m))
+        out = {}
+        for name in sorted(names):
+            md = self.topic_metadata(name)
+            if md is not None:
+                out[name] = md
+        return out
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------
+    def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, instance_id, rack_id,
+                  rebalance_timeout_ms: int, subscribed_topic_names, subscribed_topic_regex, server_assignor,
+                  owned, client_id: str, client_host: str, version: int):
+        """Returns (error code, message, member id, member epoch, heartbeat interval,
+        assignment {topic id: set} or None)."""
+        try:
+            self._validate(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                           subscribed_topic_names, subscribed_topic_regex, server_assignor, owned, version)
+            return self._heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                                   subscribed_topic_names, subscribed_topic_regex, server_assignor, owned, client_id,
+                                   client_host)
+        except CoordinatorError as exc:
+            return int(exc.code), str(exc), None, 0, 0, None
+
+    def _validate(self, group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                  names, regex, assignor, owned, version):
+        def invalid(msg):
+            raise CoordinatorError(E.INVALID_REQUEST, msg)
+
+        if group_id == "":
+            invalid("GroupId can't be empty.")
+        if instance_id == "":
+            invalid("InstanceId can't be empty.")
+        if rack_id == "":
+            invalid("RackId can't be empty.")
+        if version >= 1 and member_id == "":
+            invalid("MemberId can't be empty.")
+        if member_epoch > 0 or member_epoch == LEAVE_EPOCH:
+            if member_id == "":
+                invalid("MemberId can't be empty.")
+        elif member_epoch == 0:
+            if rebalance_timeout_ms == -1:
+                invalid("RebalanceTimeoutMs must be provided in first request.")
+            if owned is None or len(owned) != 0:
+                invalid("TopicPartitions must be empty when (re-)joining.")
+            if names is None and regex is None:
+                invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
+        elif member_epoch == STATIC_LEAVE_EPOCH:
+            if member_id == "":
+                invalid("MemberId can't be empty.")
+            if instance_id is None:
+                invalid("InstanceId can't be null.")
+        else:
+            invalid("MemberEpoch is invalid.")
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise CoordinatorError(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a "
+                                                                     f"valid regular expression: {exc}.") from None
+        if assignor is not None and assignor not in self.assignors:
+            raise CoordinatorError(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported. "
+                                                           f"Supported assignors: {', '.join(self.assignors)}.")
+
+    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+        coord = self.coord
+        g = coord.group(group_id)
+        if isinstance(g, ConsumerGroup):
+            return g
+        if g is not None:
+            if g.members or g.pending_members or not create:
+                raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            # an empty classic group (offsets only) becomes a consumer group, keeping them
+            new = ConsumerGroup(group_id, self._now())
+            new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+            coord.store.write_group(group_id, None)
+            coord.groups[group_id] = new
+            return new
+        if not create:
+            raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        g = ConsumerGroup(group_id, self._now())
+        coord.groups[group_id] = g
+        return g
+
+    def _heartbeat(self, group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                   names, regex, assignor, owned, client_id, client_host):
+        g = self._group_for(group_id, create=member_epoch == 0)
+        if not member_id:
+            member_id = str(uuid.uuid4())  # v0: the coordinator names the member
+        records = []
+        if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(g, member_id, member_epoch, instance_id)
+        member = g.members.get(member_id)
+        new_member = member is None
+        if instance_id is not None and member_epoch == 0:
+            old = g.static_member(instance_id)
+            if old is not None and old.member_id != member_id:
+                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                    raise CoordinatorError(E.UNRELEASED_INSTANCE_ID,
+                                           f"Static member {old.member_id} with instance id {instance_id} is not "
+                                           f"released yet.")
+                # the new member id takes over the instance's assignment (KIP-848 static membership)
+                self._remove(g, old, write=True, bump=False)
+                member = ConsumerMember(member_id=member_id, instance_id=instance_id,
+                                        member_epoch=old.previous_member_epoch, previous_member_epoch=-1,
+                                        assigned=old.assigned, pending_revocation=old.pending_revocation,
+                                        subscribed_topic_names=old.subscribed_topic_names,
+                                        server_assignor=old.server_assignor, rack_id=old.rack_id,
+                                        rebalance_timeout_ms=old.rebalance_timeout_ms)
+                g.target[member_id] = g.target.pop(old.member_id, {})
+                g.members[member_id] = member
+                new_member = False
+                log.info("static member %s of consumer group %s rejoined as %s", instance_id, group_id, member_id)
+        if member is None:
+            if member_epoch != 0:
+                raise CoordinatorError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+            if len(g.members) >= self.max_size:
+                raise CoordinatorError(E.GROUP_MAX_SIZE_REACHED,
+                                       f"The consumer group has reached its maximum capacity of {self.max_size} "
+                                       f"members.")
+            member = ConsumerMember(member_id=member_id)
+            g.members[member_id] = member
+            log.info("member %s joined consumer group %s", member_id, group_id)
+        elif member_epoch != 0:
+            self._check_epoch(member, member_epoch, owned)
+        before = (list(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor,
+                  member.rack_id, member.instance_id, member.rebalance_timeout_ms, member.client_id, member.client_host)
+        if instance_id is not None:
+            member.instance_id = instance_id
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if assignor is not None:
+            member.server_assignor = assignor
+        if names is not None:
+            member.subscribed_topic_names = sorted(set(names))
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        member.client_id, member.client_host = client_id, client_host
+        after = (list(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor,
+                 member.rack_id, member.instance_id, member.rebalance_timeout_ms, member.client_id, member.client_host)
+        bump = new_member or before[:4] != after[:4]
+        if new_member or before != after:
+            records.append(self._member_record(g, member))
+        metadata = self._subscription_metadata(g)
+        if metadata != g.subscription_metadata:
+            g.subscription_metadata = metadata
+            bump = True
+        if bump:
+            g.group_epoch += 1
+            records.append(self._epoch_record(g))
+            log.info("consumer group %s: group epoch %d", group_id, g.group_epoch)
+        if g.group_epoch > g.assignment_epoch:
+            records += self._new_target(g)
+        previous = (member.member_epoch, member.state, {t: set(p) for t, p in member.assigned.items()},
+                    {t: set(p) for t, p in member.pending_revocation.items()})
+        self._reconcile(g, member, owned)
+        if (member.member_epoch, member.state, member.assigned, member.pending_revocation) != previous or new_member:
+            records.append(self._current_record(g, member))
+        self._write(group_id, records)
+        self._schedule(g, member)
+        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and (names is not None or regex is not None)
+                                     and owned is not None)
+        assignment = dict(member.assigned) if full or member.assigned != previous[2] else None
+        return 0, None, member_id, member.member_epoch, self._heartbeat_interval(group_id), assignment
+
+    @staticmethod
+    def _check_epoch(member: ConsumerMember, received: int, owned) -> None:
+        if received > member.member_epoch:
+            raise CoordinatorError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                                                          f"({received}) than the one known by the group coordinator "
+                                                          f"({member.member_epoch}). The member must abandon all its "
+                                                          f"partitions and rejoin.")
+        if received < member.member_epoch:
+            owned_map = {tp.topic_id: set(tp.partitions) for tp in owned or []} if owned is not None else None
+            subset = owned_map is not None and all(ps <= member.assigned.get(t, set()) for t, ps in owned_map.items())
+            if received != member.previous_member_epoch or not subset:
+                raise CoordinatorError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch "
+                                                              f"({received}) than the one known by the group "
+                                                              f"coordinator ({member.member_epoch}). The member must "
+                                                              f"abandon all its partitions and rejoin.")
+
+    def _new_target(self, g: ConsumerGroup) -> list:
+        name = g.preferred_assignor(self.assignors[0])
+        subs = {mid: self.subscribed(m) for mid, m in g.members.items()}
+        target = ASSIGNORS.get(name, _uniform)(subs, g.subscription_metadata, g.target)
+        records = []
+        V = M.ConsumerGroupTargetAssignmentMemberValue
+        for mid, assignment in target.items():
+            if g.target.get(mid) != assignment:
+                records.append((CR.key(CR.TARGET_MEMBER, g.group_id, mid),
+                                CR.value(0, V(topic_partitions=CR.topic_partitions(V.TopicPartition, assignment)))))
+        for mid in set(g.target) - set(target):
+            records.append((CR.key(CR.TARGET_MEMBER, g.group_id, mid), None))
+        g.target = target
+        g.assignment_epoch = g.group_epoch
+        records.append((CR.key(CR.TARGET_METADATA, g.group_id),
+                        CR.value(0, M.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=g.assignment_epoch))))
+        log.info("consumer group %s: target assignment of epoch %d computed with the %s assignor", g.group_id,
+                 g.assignment_epoch, name)
+        return records
+
+    def _owners(self, g: ConsumerGroup, exclude: str) -> set:
+        out = set()
+        for mid, m in g.members.items():
+            if mid == exclude:
+                continue
+            for source in (m.assigned, m.pending_revocation):
+                for tid, ps in source.items():
+                    out.update((tid, p) for p in ps)
+        return out
+
+    def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned) -> None:
+        """Kafka's CurrentAssignmentBuilder.build."""
+        target_epoch = g.assignment_epoch
+        target = g.target.get(m.member_id, {})
+        owned_map = None if owned is None else {tp.topic_id: set(tp.partitions) for tp in owned}
+
+        def owns_any(revoking: dict) -> bool:
+            if owned_map is None:
+                return True
+            return any(owned_map.get(t, set()) & ps for t, ps in revoking.items())
+
+        if m.state == M_STABLE and m.member_epoch == target_epoch:
+            return
+        if m.state == M_UNREVOKED and owns_any(m.pending_revocation):
+            return
+        others = self._owners(g, m.member_id)
+        assigned, revoking, adding, unreleased = {}, {}, {}, False
+        for tid in set(target) | set(m.assigned):
+            want = target.get(tid, set())
+            have = m.assigned.get(tid, set())
+            keep = have & want
+            if keep:
+                assigned[tid] = set(keep)
+            if have - keep:
+                revoking[tid] = have - keep
+            pending = {p for p in want - keep if (tid, p) not in others}
+            if len(pending) != len(want - keep):
+                unreleased = True
+            if pending:
+                adding[tid] = pending
+        if revoking and owns_any(revoking):
+            m.state = M_UNREVOKED
+            m.assigned, m.pending_revocation = assigned, revoking
+            return
+        for tid, ps in adding.items():
+            assigned.setdefault(tid, set()).update(ps)
+        if m.member_epoch != target_epoch:
+            m.previous_member_epoch = m.member_epoch
+        m.member_epoch = target_epoch
+        m.state = M_UNRELEASED if unreleased else M_STABLE
+        m.assigned, m.pending_revocation = assigned, {}
+
+    # -- leaving and timers ----------------------------------------------------------------
+    def _leave(self, g: ConsumerGroup, member_id: str, epoch: int, instance_id):
+        m = g.members.get(member_id)
+        if m is None and instance_id is not None:
+            m = g.static_member(instance_id)
+        if m is None:
+            raise CoordinatorError(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {g.group_id}.")
+        if epoch == STATIC_LEAVE_EPOCH:
+            # the instance keeps its partitions until its session times out or it returns
+            log.info("static member %s (instance %s) of consumer group %s left temporarily", member_id,
+                     m.instance_id, g.group_id)
+            m.previous_member_epoch = m.member_epoch
+            m.member_epoch = STATIC_LEAVE_EPOCH
+            self._write(g.group_id, [self._current_record(g, m)])
+            self._schedule(g, m)
+            return 0, None, member_id, STATIC_LEAVE_EPOCH, 0, None
+        log.info("member %s left consumer group %s", member_id, g.group_id)
+        self._remove(g, m, write=True, bump=True)
+        return 0, None, member_id, LEAVE_EPOCH, 0, None
+
+    def _remove(self, g: ConsumerGroup, m: ConsumerMember, *, write: bool, bump: bool) -> None:
+        for timer in (m.session_timer, m.rebalance_timer):
+            if timer is not None:
+                timer.cancel()
+        g.members.pop(m.member_id, None)
+        g.target.pop(m.member_id, None)
+        records = self._member_tombstones(g, m.member_id)
+        if bump:
+            g.subscription_metadata = self._subscription_metadata(g)
+            g.group_epoch += 1
+            records.append(self._epoch_record(g))
+            log.info("consumer group %s: group epoch %d", g.group_id, g.group_epoch)
+        if write:
+            self._write(g.group_id, records)
+
+    def _schedule(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        if m.session_timer is not None:
+            m.session_timer.cancel()
+        timeout = self._session_timeout(g.group_id)
+        m.session_timer = self.coord.scheduler.call_later(timeout, lambda: self._session_expired(g, m.member_id, timeout))
+        if m.state == M_UNREVOKED:
+            if m.rebalance_timer is None:
+                epoch = m.member_epoch
+                limit = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else timeout
+                m.rebalance_timer = self.coord.scheduler.call_later(
+                    limit, lambda: self._rebalance_expired(g, m.member_id, epoch, limit))
+        elif m.rebalance_timer is not None:
+            m.rebalance_timer.cancel()
+            m.rebalance_timer = None
+
+    def _alive(self, g, member_id):
+        m = g.members.get(member_id)
+        return m if m is not None and self.coord.groups.get(g.group_id) is g else None
+
+    def _session_expired(self, g: ConsumerGroup, member_id: str, timeout: int) -> None:
+        m = self._alive(g, member_id)
+        if m is None:
+            return
+        log.info("member %s of consumer group %s has failed (no heartbeat within %d ms); removing it",
+                 member_id, g.group_id, timeout)
+        self._remove(g, m, write=True, bump=True)
+
+    def _rebalance_expired(self, g: ConsumerGroup, member_id: str, epoch: int, limit: int) -> None:
+        m = self._alive(g, member_id)
+        if m is None or m.state != M_UNREVOKED or m.member_epoch != epoch:
+            return
+        log.info("member %s of consumer group %s did not revoke its partitions within its rebalance timeout "
+                 "(%d ms); fencing it", member_id, g.group_id, limit)
+        self._remove(g, m, write=True, bump=True)
+
+    def start_loaded_timers(self) -> None:
+        for g in list(self.coord.groups.values()):
+            if isinstance(g, ConsumerGroup):
+                for m in list(g.members.values()):
+                    self._schedule(g, m)
+
+    # -- offsets ---------------------------------------------------------------------------
+    @staticmethod
+    def validate_commit(g: ConsumerGroup, member_id: str, epoch: int, version: int, transactional: bool) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if epoch < 0 and not g.members:
+            return
+        m = g.members.get(member_id)
+        if m is None:
+            raise CoordinatorError(E.UNKNOWN_MEMBER_ID, None)
+        if not transactional and version < 9:
+            raise CoordinatorError(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
+                                                          "using the modern group protocol")
+        if epoch != m.member_epoch:
+            raise CoordinatorError(E.STALE_MEMBER_EPOCH, None)
+
+    @staticmethod
+    def validate_fetch(g: ConsumerGroup, member_id: str | None, epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9)."""
+        if epoch < 0 and member_id is None:
+            return
+        m = g.members.get(member_id or "")
+        if m is None:
+            raise CoordinatorError(E.UNKNOWN_MEMBER_ID, None)
+        if epoch != m.member_epoch:
+            raise CoordinatorError(E.STALE_MEMBER_EPOCH, None)
+
+    # -- replay ------------------------------------------------------------------------------
+    def load(self, version: int, group_id: str, member_id, value) -> None:
+        coord = self.coord
+        g = coord.groups.get(group_id)
+        if value is None:  # tombstones
+            if not isinstance(g, ConsumerGroup):
+                return
+            if version == CR.GROUP_METADATA:
+                if not g.offsets and not g.pending_txn_offsets:
+                    del coord.groups[group_id]
+                else:  # its offsets stay, as an empty classic group's
+                    plain = ClassicGroup(group_id, self._now())
+                    plain.offsets, plain.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+                    coord.groups[group_id] = plain
+            elif version == CR.MEMBER_METADATA:
+                g.members.pop(member_id, None)
+            elif version == CR.TARGET_MEMBER:
+                g.target.pop(member_id, None)
+            return
+        if not isinstance(g, ConsumerGroup):
+            new = ConsumerGroup(group_id, self._now())
+            if g is not None:
+                new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+            coord.groups[group_id] = g = new
+        if version == CR.GROUP_METADATA:
+            g.group_epoch = value.epoch
+        elif version == CR.TARGET_METADATA:
+            g.assignment_epoch = value.assignment_epoch
+        elif version == CR.TARGET_MEMBER:
+            g.target[member_id] = CR.from_topic_partitions(value.topic_partitions)
+        else:
+            m = g.members.get(member_id)
+            if m is None:
+                m = g.members[member_id] = ConsumerMember(member_id=member_id)
+            if version == CR.MEMBER_METADATA:
+                m.instance_id, m.rack_id = value.instance_id, value.rack_id
+                m.client_id, m.client_host = value.client_id, value.client_host
+                m.subscribed_topic_names = list(value.subscribed_topic_names or [])
+                m.subscribed_topic_regex = value.subscribed_topic_regex
+                m.rebalance_timeout_ms, m.server_assignor = value.rebalance_timeout_ms, value.server_assignor
+            elif version == CR.CURRENT_ASSIGNMENT:
+                m.member_epoch, m.previous_member_epoch = value.member_epoch, value.previous_member_epoch
+                m.state = value.state
+                m.assigned = CR.from_topic_partitions(value.assigned_partitions)
+                m.pending_revocation = CR.from_topic_partitions(value.partitions_pending_revocation)
+
+    def finish_load(self) -> None:
+        """After the replay: the subscription metadata the groups were computed from."""
+        for g in self.coord.groups.values():
+            if isinstance(g, ConsumerGroup):
+                g.subscription_metadata = self._subscription_metadata(g)
