@@ -323,37 +323,39 @@ class ConsumerGroups:
                                    subscribed_topic_names, subscribed_topic_regex, server_assignor, owned, client_id,
                                    client_host)
         except CoordinatorError as exc:
+            log.info("ConsumerGroupHeartbeat of member %r (epoch %d) of group %r answered %s: %s", member_id,
+                     member_epoch, group_id, E(exc.code).name, exc)
             return int(exc.code), str(exc), None, 0, 0, None
 
     def _validate(self, group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
                   names, regex, assignor, owned, version):
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         def invalid(msg):
             raise CoordinatorError(E.INVALID_REQUEST, msg)
 
-        if group_id == "":
-            invalid("GroupId can't be empty.")
-        if instance_id == "":
-            invalid("InstanceId can't be empty.")
-        if rack_id == "":
-            invalid("RackId can't be empty.")
-        if version >= 1 and member_id == "":
+        def blank(value):
+            return value is not None and value.strip() == ""
+
+        if (version >= 1 or member_epoch > 0 or member_epoch == LEAVE_EPOCH) and blank(member_id or ""):
             invalid("MemberId can't be empty.")
-        if member_epoch > 0 or member_epoch == LEAVE_EPOCH:
-            if member_id == "":
-                invalid("MemberId can't be empty.")
-        elif member_epoch == 0:
+        if blank(group_id):
+            invalid("GroupId can't be empty.")
+        if blank(instance_id):
+            invalid("InstanceId can't be empty.")
+        if blank(rack_id):
+            invalid("RackId can't be empty.")
+        if member_epoch == 0:
             if rebalance_timeout_ms == -1:
                 invalid("RebalanceTimeoutMs must be provided in first request.")
             if owned is None or len(owned) != 0:
                 invalid("TopicPartitions must be empty when (re-)joining.")
+            # members may join with no topic names or an empty regex: in the group, subscribed to nothing
             if names is None and regex is None:
                 invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
         elif member_epoch == STATIC_LEAVE_EPOCH:
-            if member_id == "":
-                invalid("MemberId can't be empty.")
             if instance_id is None:
                 invalid("InstanceId can't be null.")
-        else:
+        elif member_epoch < STATIC_LEAVE_EPOCH:
             invalid("MemberEpoch is invalid.")
         if regex:
             try:
@@ -400,8 +402,8 @@ class ConsumerGroups:
             if old is not None and old.member_id != member_id:
                 if old.member_epoch != STATIC_LEAVE_EPOCH:
                     raise CoordinatorError(E.UNRELEASED_INSTANCE_ID,
-                                           f"Static member {old.member_id} with instance id {instance_id} is not "
-                                           f"released yet.")
+                                           f"Static member {member_id} with instance id {instance_id} cannot join "
+                                           f"the group because the instance id is owned by {old.member_id} member.")
                 # the new member id takes over the instance's assignment (KIP-848 static membership)
                 self._remove(g, old, write=True, bump=False)
                 member = ConsumerMember(member_id=member_id, instance_id=instance_id,
