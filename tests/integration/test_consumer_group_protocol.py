@@ -217,3 +217,37 @@ def test_heartbeat_errors_and_describe_of_other_groups(kbroker):
     left = heartbeat("member-a", -1)
     assert left.error_code == 0 and left.member_epoch == -1
     assert describe(b.port, "raw-g").group_state == "Empty"
+
+
+def test_confluent_admin_describes_and_lists_both_kinds(kbroker):
+    """confluent-kafka's AdminClient: describe_consumer_groups goes through
+    ConsumerGroupDescribe for a consumer-protocol group (with its target assignment) and
+    DescribeGroups for a classic one; list_consumer_groups reports each one's type."""
+    from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    b = kbroker
+    topic = create_topic(b.bootstrap, unique_topic("kip848-admin"), partitions=3)
+    new = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "admin-new", "group.protocol": "consumer"})
+    old = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "admin-classic"})
+    new.subscribe([topic])
+    old.subscribe([topic])
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not (len(new.assignment()) == 3 and len(old.assignment()) == 3):
+            new.poll(0.1)
+            old.poll(0.1)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        found = {gid: f.result() for gid, f in admin.describe_consumer_groups(["admin-new", "admin-classic"]).items()}
+        d = found["admin-new"]
+        assert (d.type, d.state, d.partition_assignor) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE,
+                                                           "uniform")
+        (m,) = d.members
+        assert sorted(tp.partition for tp in m.assignment.topic_partitions) == [0, 1, 2]
+        assert sorted(tp.partition for tp in m.target_assignment.topic_partitions) == [0, 1, 2]
+        assert found["admin-classic"].type == ConsumerGroupType.CLASSIC
+        listed = {g.group_id: g.type for g in admin.list_consumer_groups().result().valid}
+        assert listed["admin-new"] == ConsumerGroupType.CONSUMER and listed["admin-classic"] == ConsumerGroupType.CLASSIC
+    finally:
+        new.close()
+        old.close()
