@@ -42,7 +42,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     15: (0, 5, handlers.describe_groups.handle),
     16: (0, 5, handlers.list_groups.handle),
     68: (0, 1, handlers.consumer_group_heartbeat.handle),
-    69: (0, 0, handlers.consumer_group_describe.handle),
+    69: (0, 1, handlers.consumer_group_describe.handle),
     42: (0, 2, handlers.delete_groups.handle),
     47: (0, 0, handlers.offset_delete.handle),
     18: (0, 4, handlers.api_versions.handle),

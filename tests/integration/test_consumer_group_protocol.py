@@ -75,9 +75,9 @@ def list_groups(port):
     return {g.group_id: (g.group_type, g.group_state, g.protocol_type) for g in resp.groups}
 
 
-def describe(port, group):
-    (g,) = raw(port, 69, 0, T.ConsumerGroupDescribeRequest(group_ids=[group],
-                                                          include_authorized_operations=False)).groups
+def describe(port, group, version=1):
+    (g,) = raw(port, 69, version, T.ConsumerGroupDescribeRequest(group_ids=[group],
+                                                                include_authorized_operations=False)).groups
     return g
 
 
@@ -109,7 +109,9 @@ def test_members_split_leave_crash_grow_and_survive_restart(kbroker):
         assert d.error_code == 0 and d.group_state == "Stable" and d.assignor_name == "uniform"
         assert len(d.members) == 3 and d.group_epoch == d.assignment_epoch >= 3
         assert all(m.member_epoch == d.group_epoch and m.assignment.topic_partitions[0].topic_name == topic
-                   for m in d.members)
+                   and m.member_type == 1 for m in d.members)
+        # v0 has no member type (it decodes as the default -1)
+        assert [m.member_type for m in describe(b.port, group, version=0).members] == [-1, -1, -1]
         # a classic group on the same topic reads everything, unaffected
         classic = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group + "-classic",
                             "auto.offset.reset": "earliest"})
