@@ -144,7 +144,8 @@ def test_produce_over_its_quota_is_throttled_and_muted(qbroker):
         assert first.responses[0].partition_responses[0].error_code == 0
         # 20 KB more: ~12 KB/s, (12 - 10) / 10 of the window, about 2 s
         second = _produce(conn, topic, 20_000, "slow", 2)
-        assert 1_500 <= second.throttle_time_ms <= 2_500, second.throttle_time_ms
+        # (less by the time between the two requests, on a loaded machine up to a second)
+        assert 1_000 <= second.throttle_time_ms <= 2_500, second.throttle_time_ms
         assert second.responses[0].partition_responses[0].error_code == 0  # appended all the same
         # the connection reads nothing until the throttle time has passed (Kafka mutes it)
         started = time.monotonic()
@@ -203,7 +204,7 @@ def test_request_percentage_and_librdkafka_sees_the_throttle(qbroker):
 
     throttles = []
     with RawConn(b.port) as conn:
-        for i in range(20):
+        for i in range(500):  # until the handler time adds up over the quota
             hdr = T.RequestHeader(api_key=18, api_version=3, correlation_id=i, client_id="meta")
             conn.send(codec.encode_request(hdr, T.ApiVersionsRequest(client_software_name="t",
                                                                      client_software_version="1")))
