@@ -219,3 +219,19 @@ def test_records_replay_into_the_same_group(env):
     for k, v in store.records:
         again.consumer.load(*CR.decode(k, v))
     assert set(again.group("g").members) == {"m1"}
+
+
+def test_delete_an_empty_consumer_group_writes_its_tombstones(env):
+    coord, t, store, topics = env
+    ok(hb(coord, "m1", 0, ["t"]))
+    assert coord.delete_group("g") == E.NON_EMPTY_GROUP
+    ok(hb(coord, "m1", -1))
+    before = len(store.records)
+    assert coord.delete_group("g") == 0 and coord.group("g") is None
+    written = [(int.from_bytes(k[:2], "big"), v) for k, v in store.records[before:]]
+    assert written[-1] == (CR.GROUP_METADATA, None) and all(v is None for _, v in written)
+    # the whole history replayed: nothing of the group is left
+    fresh = GroupCoordinator(clock=t, scheduler=t, store=RecordStore(), consumer_groups=dict(topic_metadata=topics.get))
+    for k, v in store.records:
+        fresh.consumer.load(*CR.decode(k, v))
+    assert fresh.group("g") is None
