@@ -30,9 +30,11 @@ the committed offsets of both kinds of group.
 
 Regular-expression subscriptions (SubscribedTopicRegex, v1): the topics whose whole
 name matches (Python's ``re``, which agrees with Kafka's RE2/J for the patterns clients
-send), internal topics excluded; a topic created later that matches joins the
-subscription at the next heartbeat. An empty regex clears it; one that does not compile
-is INVALID_REGULAR_EXPRESSION.
+send), internal topics excluded. A regex new to the group is resolved asynchronously, as
+Kafka does (literal topics are assigned first, the matched ones after the resolution
+bumps the group epoch); a topic created later that matches joins the subscription at
+the next heartbeat. An empty regex clears it; one that does not compile is
+INVALID_REGULAR_EXPRESSION.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ class ConsumerGroup(ClassicGroup):
         self.members: dict[str, ConsumerMember] = {}
         self.target: dict[str, dict] = {}              # member id -> {topic id: set}
         self.subscription_metadata: dict[str, tuple] = {}  # topic -> (topic id, partitions)
+        self.resolved_regexes: set[str] = set()   # regex subscriptions resolved for this group
+        self.resolving_regexes: set[str] = set()
 
     @property
     def state(self) -> str:
@@ -288,21 +292,54 @@ class ConsumerGroups:
         out.append((CR.key(CR.GROUP_METADATA, g.group_id), None))
         return out
 
-    def subscribed(self, m: ConsumerMember) -> set:
-        """The member's topics: its names and the topics its regex matches."""
+    def subscribed(self, m: ConsumerMember, g: ConsumerGroup | None = None) -> set:
+        """The member's topics: its names and the topics its regex matches. As in Kafka, a
+        regex new to the group is resolved asynchronously: until then it matches
+        nothing, and its resolution bumps the group epoch (so literal topics are
+        assigned at once, the matched ones a heartbeat later). A resolved regex is matched
+        again at every heartbeat, so topics created later join the subscription."""
         topics = set(m.subscribed_topic_names)
-        if m.subscribed_topic_regex:
+        regex = m.subscribed_topic_regex
+        if regex:
+            if g is not None and regex not in g.resolved_regexes:
+                self._resolve_later(g, regex)
+                return topics
             try:
-                pattern = re.compile(m.subscribed_topic_regex)
+                pattern = re.compile(regex)
             except re.error:
                 return topics
             topics.update(t for t in self.topic_names() if pattern.fullmatch(t))
         return topics
 
+    @staticmethod
+    def _forget_unused_regex(g: ConsumerGroup, regex) -> None:
+        """A regex no member subscribes with any more is dropped from the group's resolved
+        ones (Kafka removes its ConsumerGroupRegularExpression record)."""
+        if regex and not any(m.subscribed_topic_regex == regex for m in g.members.values()):
+            g.resolved_regexes.discard(regex)
+
+    def _resolve_later(self, g: ConsumerGroup, regex: str) -> None:
+        if regex in g.resolving_regexes:
+            return
+        g.resolving_regexes.add(regex)
+
+        def resolved():
+            g.resolving_regexes.discard(regex)
+            if self.coord.groups.get(g.group_id) is not g or regex in g.resolved_regexes:
+                return
+            g.resolved_regexes.add(regex)
+            if any(m.subscribed_topic_regex == regex for m in g.members.values()):
+                g.subscription_metadata = self._subscription_metadata(g)
+                g.group_epoch += 1
+                self._write(g.group_id, [self._epoch_record(g)])
+                log.info("consumer group %s: regex %r resolved; group epoch %d", g.group_id, regex, g.group_epoch)
+
+        self.coord.scheduler.call_later(0, resolved)
+
     def _subscription_metadata(self, g: ConsumerGroup) -> dict:
         names = set()
         for m in g.members.values():
-            names.update(self.subscribed(m))
+            names.update(self.subscribed(m, g))
         out = {}
         for name in sorted(names):
             md = self.topic_metadata(name)
@@ -441,7 +478,8 @@ class ConsumerGroups:
         if names is not None:
             member.subscribed_topic_names = sorted(set(names))
         if regex is not None:
-            member.subscribed_topic_regex = regex or None
+            old_regex, member.subscribed_topic_regex = member.subscribed_topic_regex, regex or None
+            self._forget_unused_regex(g, old_regex)
         member.client_id, member.client_host = client_id, client_host
         after = (list(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor,
                  member.rack_id, member.instance_id, member.rebalance_timeout_ms, member.client_id, member.client_host)
@@ -488,7 +526,7 @@ class ConsumerGroups:
 
     def _new_target(self, g: ConsumerGroup) -> list:
         name = g.preferred_assignor(self.assignors[0])
-        subs = {mid: self.subscribed(m) for mid, m in g.members.items()}
+        subs = {mid: self.subscribed(m, g) for mid, m in g.members.items()}
         target = ASSIGNORS.get(name, _uniform)(subs, g.subscription_metadata, g.target)
         records = []
         V = M.ConsumerGroupTargetAssignmentMemberValue
@@ -584,6 +622,7 @@ class ConsumerGroups:
                 timer.cancel()
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
+        self._forget_unused_regex(g, m.subscribed_topic_regex)
         records = self._member_tombstones(g, m.member_id)
         if bump:
             g.subscription_metadata = self._subscription_metadata(g)

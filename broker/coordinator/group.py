@@ -1032,7 +1032,7 @@ class GroupCoordinator:
     def subscribed_topics(self, g: ClassicGroup) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), None if unknown."""
         if g.kind == "consumer":
-            return {t for m in g.members.values() for t in self.consumer.subscribed(m)}
+            return {t for m in g.members.values() for t in self.consumer.subscribed(m, g)}
         if g.protocol_type != CONSUMER_PROTOCOL or not g.members:
             return set()
         from broker.coordinator.consumer_protocol import subscription_topics
