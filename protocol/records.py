@@ -912,6 +912,10 @@ def parse_legacy(buf, *, verify_crc: bool = True,
 
 def _legacy_message(offset: int, magic: int, attributes: int, timestamp: int,
                     key: bytes | None, value) -> bytes:
+    # a v2 batch's base offset or timestamp plus a record's delta can leave int64 (a
+    # damaged or hostile batch): a clean format error, not a struct.error
+    if not -(2**63) <= offset < 2**63 or not -(2**63) <= timestamp < 2**63:
+        raise InvalidRecordError(f"record offset {offset} or timestamp {timestamp} does not fit in 64 bits")
     body = bytearray()
     body.append(magic)
     body.append(attributes & 0xFF)
