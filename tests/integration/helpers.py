@@ -929,6 +929,21 @@ class RawConn:
         self.close()
 
 
+
+def raw_request(port: int, api_key: int, version: int, body, client_id: str = "raw-admin"):
+    """One request through our codec on a fresh connection; the decoded response
+    (the correlation id checked)."""
+    from protocol import codec
+    from protocol.messages import RequestHeader
+
+    hdr = RequestHeader(api_key=api_key, api_version=version, correlation_id=4242, client_id=client_id)
+    with RawConn(port) as c:
+        c.send(codec.encode_request(hdr, body))
+        frame = c.recv_frame()
+    cid, resp = codec.decode_response(api_key, version, frame)
+    assert cid == 4242
+    return resp
+
 def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
     """ApiVersionsResponse v0 body (after the correlation id): error_code, api_keys."""
     error_code, n = struct.unpack_from(">hi", body, 0)

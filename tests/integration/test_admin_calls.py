@@ -11,22 +11,10 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import REPO_ROOT, RawConn, Rec, create_topic, produce_kp, unique_topic
+from tests.integration.helpers import REPO_ROOT, Rec, create_topic, produce_kp, unique_topic
+from tests.integration.helpers import raw_request as raw
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def raw(port, api_key, version, body):
-    from protocol import codec
-    from protocol.messages import RequestHeader
-
-    hdr = RequestHeader(api_key=api_key, api_version=version, correlation_id=77, client_id="admin-calls")
-    with RawConn(port) as c:
-        c.send(codec.encode_request(hdr, body))
-        frame = c.recv_frame()
-    cid, resp = codec.decode_response(api_key, version, frame)
-    assert cid == 77
-    return resp
 
 
 def partition_bytes(path) -> int:

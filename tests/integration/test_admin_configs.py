@@ -22,6 +22,7 @@ from tests.integration.helpers import (
     produce,
     produce_batches,
     RawConn,
+    raw_request,
     Rec,
     unique_topic,
     wait_for,
@@ -64,19 +65,6 @@ def ck_incremental(bootstrap, rtype, name, ops, validate_only=False):
 def ck_error(exc_info):
     err = exc_info.value.args[0]
     return err.code(), err.str()
-
-
-def raw_request(port, api_key, version, body):
-    from protocol import codec
-    from protocol.messages import RequestHeader
-
-    hdr = RequestHeader(api_key=api_key, api_version=version, correlation_id=4242, client_id="raw-admin")
-    with RawConn(port) as c:
-        c.send(codec.encode_request(hdr, body))
-        frame = c.recv_frame()
-    cid, resp = codec.decode_response(api_key, version, frame)
-    assert cid == 4242
-    return resp
 
 
 def raw_describe_topic(port, version, topic, keys=None, synonyms=False, docs=False):

@@ -15,7 +15,7 @@ from protocol import messages as T
 from protocol import records as R
 from protocol.errors import ErrorCode
 from tests.integration.helpers import RawConn, create_topic, now_ms, unique_topic
-from tests.integration.test_admin_calls import raw
+from tests.integration.helpers import raw_request as raw
 from tests.integration.test_cli_tools import fails, ok, tool
 
 pytestmark = pytest.mark.timeout(240)

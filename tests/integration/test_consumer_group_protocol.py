@@ -21,7 +21,7 @@ import pytest
 from protocol import messages as T
 from protocol.errors import ErrorCode
 from tests.integration.helpers import REPO_ROOT, Rec, create_topic, produce_kp, unique_topic, wait_for
-from tests.integration.test_admin_calls import raw
+from tests.integration.helpers import raw_request as raw
 
 pytestmark = pytest.mark.timeout(240)
 

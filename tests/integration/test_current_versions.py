@@ -14,7 +14,7 @@ from protocol import messages as T
 from protocol import records as R
 from protocol.errors import ErrorCode
 from tests.integration.helpers import Rec, create_topic, now_ms, produce_kp, unique_topic
-from tests.integration.test_admin_calls import raw
+from tests.integration.helpers import raw_request as raw
 
 pytestmark = pytest.mark.timeout(180)
 

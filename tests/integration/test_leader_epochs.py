@@ -15,7 +15,7 @@ from protocol import messages as T
 from protocol.errors import ErrorCode
 from tests.integration.helpers import (Rec, ck_consumer_config, create_topic, free_port, produce_kp,
                                        unique_topic)
-from tests.integration.test_admin_calls import raw
+from tests.integration.helpers import raw_request as raw
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,7 +13,7 @@ from protocol import messages as T
 from protocol.errors import ErrorCode
 from storage import partition_metadata as PM
 from tests.integration.helpers import Rec, create_topic, produce_kp, unique_topic, wait_for
-from tests.integration.test_admin_calls import raw
+from tests.integration.helpers import raw_request as raw
 
 pytestmark = pytest.mark.timeout(180)
 
