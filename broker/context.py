@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import uuid
 from dataclasses import dataclass, field
 
 from broker.errors import StartupError
+from protocol import kafka_uuid
 
 log = logging.getLogger("chronolog.broker")
 
@@ -157,7 +157,7 @@ def load_or_create_cluster_id(log_dirs: list[str], node_id: int) -> str:
                 raise StartupError(f"log dirs disagree on cluster.id ({cluster_id} vs {props['cluster.id']} in {d})")
             cluster_id = props["cluster.id"]
     if cluster_id is None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = kafka_uuid.to_string(uuid.uuid4())
     for d in log_dirs:
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "meta.properties")

@@ -15,11 +15,11 @@ KIP-858) instead of serving its data under the new topic.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import uuid
 
+from protocol import kafka_uuid as kafka_uuid_string
 from storage.checkpoint import atomic_write
 
 FILE_NAME = "partition.metadata"
@@ -31,19 +31,9 @@ class PartitionMetadataError(Exception):
     """The file exists but is not Kafka's format; the message names the file and line."""
 
 
-def kafka_uuid(u: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(u.bytes).decode("ascii").rstrip("=")
-
-
-def parse_kafka_uuid(text: str) -> uuid.UUID:
-    """Kafka's Uuid.fromString; ValueError for anything else."""
-    if len(text) != 22:
-        raise ValueError(f"{text!r} is not a 22-character base64 topic id")
-    raw = base64.urlsafe_b64decode(text + "==")
-    if len(raw) != 16:
-        raise ValueError(f"{text!r} is not a 16-byte topic id")
-    return uuid.UUID(bytes=raw)
+# Kafka's Uuid string form (protocol.kafka_uuid), under the names the callers use
+kafka_uuid = kafka_uuid_string.to_string
+parse_kafka_uuid = kafka_uuid_string.from_string
 
 
 def read(directory: str) -> uuid.UUID | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from broker.tools import ToolError, UsageError, add_common_args, run_tool
+from protocol import kafka_uuid
 
 _REGEX_CHARS = set(".*+?[](){}|^$\\")
 _SOURCE_DEFAULT = 5
@@ -224,7 +225,7 @@ def _describe(client, names: list[str]) -> int:
         line = f"Topic: {name}"
         tid = getattr(t, "topic_id", None)
         if tid is not None and tid != uuid.UUID(int=0):
-            line += f"\tTopicId: {_kafka_uuid(tid)}"
+            line += f"\tTopicId: {kafka_uuid.to_string(tid)}"
         line += f"\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: {cfg}"
         print(line)
         for p in parts:
@@ -233,10 +234,3 @@ def _describe(client, names: list[str]) -> int:
                   f"\tReplicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
                   f"\tElr: N/A\tLastKnownElr: N/A")
     return 0
-
-
-def _kafka_uuid(u) -> str:
-    """Kafka prints topic ids URL-safe base64 without padding."""
-    import base64
-
-    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
