@@ -244,7 +244,7 @@ class Dispatcher:
         if api_key == 0 and quotas.active(PRODUCE):
             throttle = quotas.record(PRODUCE, user, client, request_bytes, now)
         elif (api_key == 1 and response is not None and quotas.active(FETCH)
-              and _fetch_replica_id(header.api_version, request) < 0):
+              and handlers.fetch.replica_id_of(header.api_version, request) < 0):
             fetched = sum(len(p.records) for t in response.responses for p in t.partitions if p.records)
             throttle = quotas.record(FETCH, user, client, fetched, now)
         if quotas.active(REQUEST):
@@ -330,12 +330,6 @@ class Dispatcher:
             api_keys=api_version_entries(),
         )
         return codec.encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body)
-
-
-def _fetch_replica_id(version: int, request) -> int:
-    if version >= 15:
-        return request.replica_state.replica_id
-    return getattr(request, "replica_id", -1)
 
 
 def api_version_entries():

@@ -151,10 +151,14 @@ class Rate:
             elapsed += (self.samples - 1 - full) * self.window_ms
         return max(1, elapsed)
 
+    def measure_with_window(self, now_ms: int) -> tuple[float, int]:
+        """(rate per second, the window in ms it was measured over)."""
+        size = self.window_size_ms(now_ms)
+        return sum(w[1] for w in self._windows) / (size / 1000.0), size
+
     def measure(self, now_ms: int) -> float:
         """Per second."""
-        size = self.window_size_ms(now_ms)
-        return sum(w[1] for w in self._windows) / (size / 1000.0)
+        return self.measure_with_window(now_ms)[0]
 
 
 class TokenBucket:
@@ -399,10 +403,10 @@ class ClientQuotas:
                 self._sensors.clear()  # idle sensors (Kafka expires them after an hour)
             rate = self._sensors[key] = Rate(self.samples, self.window_ms)
         rate.record(value, now_ms)
-        measured = rate.measure(now_ms)
+        measured, window = rate.measure_with_window(now_ms)
         if measured <= limit:
             return 0
-        throttle = round((measured - limit) / limit * rate.window_size_ms(now_ms))
+        throttle = round((measured - limit) / limit * window)
         if kind == REQUEST:
             throttle = min(throttle, self.window_ms)
         return int(max(0, throttle))

@@ -57,18 +57,15 @@ ASSIGNING, RECONCILING, STABLE_STATE = "Assigning", "Reconciling", "Stable"
 M_STABLE, M_UNREVOKED, M_UNRELEASED, M_UNKNOWN = 0, 1, 2, 127
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 
-ASSIGNOR_CLASSES = {
-    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
-    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
-}
-
-
 def assignor_names(configured) -> list[str]:
-    """``group.consumer.assignors`` -> assignor names (Kafka's class names accepted)."""
+    """``group.consumer.assignors`` -> assignor names, Kafka's class names mapped through
+    the table the config validates against (config.broker_config.CONSUMER_ASSIGNORS)."""
+    from config.broker_config import CONSUMER_ASSIGNORS
+
     out = []
     for item in configured:
-        name = ASSIGNOR_CLASSES.get(item.strip(), item.strip())
-        if name not in ("uniform", "range"):
+        name = CONSUMER_ASSIGNORS.get(item.strip())
+        if name is None:
             raise ValueError(f"group.consumer.assignors: unknown assignor {item!r} (uniform, range, or Kafka's "
                              "UniformAssignor / RangeAssignor class names)")
         if name not in out:
@@ -153,11 +150,13 @@ def _uniform(members: dict, topics: dict, current: dict) -> dict:
     partitions stay with their current target owner while it has fewer than its share,
     the rest go to the eligible member with the fewest partitions."""
     out = {mid: {} for mid in members}
-    partitions = [(tid, p) for name, (tid, n) in sorted(topics.items()) for p in range(n)]
+    partitions = []
     eligible = {}
-    for tid, p in partitions:
-        name = next(n for n, (t, _) in topics.items() if t == tid)
-        eligible[(tid, p)] = [mid for mid in sorted(members) if name in members[mid]]
+    for name, (tid, n) in sorted(topics.items()):
+        subscribers = [mid for mid in sorted(members) if name in members[mid]]
+        for p in range(n):
+            partitions.append((tid, p))
+            eligible[(tid, p)] = subscribers
     counts = {mid: 0 for mid in members}
     total = len([tp for tp in partitions if eligible[tp]])
     n = max(1, len(members))

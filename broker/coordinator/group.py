@@ -270,11 +270,10 @@ class GroupCoordinator:
         # the handlers do not see the connection: Kafka reports "/<client ip>"
         self.client_host = "/127.0.0.1"
         # the consumer group protocol (KIP-848): broker.coordinator.consumer_group.ConsumerGroups
-        if consumer_groups is None:
-            from broker.coordinator.consumer_group import ConsumerGroups
-
-            consumer_groups = dict(topic_metadata=lambda topic: None)
         from broker.coordinator.consumer_group import ConsumerGroups
+
+        if consumer_groups is None:
+            consumer_groups = dict(topic_metadata=lambda topic: None)
 
         self.consumer = ConsumerGroups(self, **consumer_groups)
 

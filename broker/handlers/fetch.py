@@ -62,18 +62,28 @@ def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
 
 def _diverging_epoch(plog, last_fetched_epoch, fetch_offset):
     """Kafka's Partition.readRecords for a fetch naming its last fetched epoch (v12+,
-    KIP-595): an epoch whose end is unknown or a fetch offset before the log start is
-    OFFSET_OUT_OF_RANGE (a PartitionData), an epoch that ended before the fetch offset
-    (or only a lower one is known) is diverging: (epoch, end offset). None: read on."""
+    KIP-595): the partition's answer when it is not to be read, else None. An epoch whose
+    end is unknown or a fetch offset before the log start is OFFSET_OUT_OF_RANGE; an epoch
+    that ended before the fetch offset (or only a lower one is known) is answered with
+    the diverging epoch and its end offset, and no records."""
     found = plog.end_offset_for_epoch(last_fetched_epoch)
-    if found is None or fetch_offset < plog.log_start_offset:
-        hw = plog.high_watermark
-        return _partition_error(plog.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, plog.last_stable_offset,
-                                plog.log_start_offset)
+    hw, lso, start = plog.high_watermark, plog.last_stable_offset, plog.log_start_offset
+    if found is None or fetch_offset < start:
+        return _partition_error(plog.partition, ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, start)
     epoch, end = found
     if epoch < last_fetched_epoch or end < fetch_offset:
-        return epoch, end
+        return PartitionData(partition_index=plog.partition, error_code=0, high_watermark=hw,
+                             last_stable_offset=lso, log_start_offset=start, aborted_transactions=None,
+                             preferred_read_replica=-1, records=b"",
+                             diverging_epoch=PartitionData.EpochEndOffset(epoch=epoch, end_offset=end))
     return None
+
+
+def replica_id_of(version: int, request) -> int:
+    """The fetching replica's id (v15+ in ReplicaState), -1 for a consumer."""
+    if version >= 15:
+        return request.replica_state.replica_id
+    return getattr(request, "replica_id", -1)
 
 
 def _resolve_topic_ids(ctx, request):
@@ -123,12 +133,8 @@ def _read_all(ctx, version, request, denied=frozenset()):
             if version >= 12 and p.last_fetched_epoch >= 0:
                 diverged = _diverging_epoch(plog, p.last_fetched_epoch, p.fetch_offset)
                 if diverged is not None:
-                    parts.append(diverged if isinstance(diverged, PartitionData) else PartitionData(
-                        partition_index=index, error_code=0, high_watermark=plog.high_watermark,
-                        last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
-                        aborted_transactions=None, preferred_read_replica=-1, records=b"",
-                        diverging_epoch=PartitionData.EpochEndOffset(epoch=diverged[0], end_offset=diverged[1])))
-                    had_error = had_error or isinstance(diverged, PartitionData)
+                    parts.append(diverged)
+                    had_error = had_error or diverged.error_code != 0
                     continue
             max_bytes = min(p.partition_max_bytes, limit_bytes) if not hard_limit else p.partition_max_bytes
             stable = plog.last_stable_offset
@@ -211,7 +217,7 @@ def handle(ctx, header, request, session=None):
     version = header.api_version
     if version >= 13:
         _resolve_topic_ids(ctx, request)
-    replica_id = request.replica_state.replica_id if version >= 15 else getattr(request, "replica_id", -1)
+    replica_id = replica_id_of(version, request)
     if replica_id >= 0 and not ctx.authorize(
             session, A.CLUSTER_ACTION, A.CLUSTER, A.CLUSTER_NAME, "Fetch"):
         # a follower's fetch (KafkaApis: CLUSTER_ACTION on the cluster, every partition)
