@@ -161,6 +161,14 @@ CONSUMER_ASSIGNORS = {"uniform": "uniform", "range": "range",
                       "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
 
 
+def validate_migration_policy(name: str, value) -> None:
+    """Kafka's CaseInsensitiveValidString over ConsumerGroupMigrationPolicy."""
+    from broker.coordinator.classic_members import POLICIES
+
+    if str(value).lower() not in POLICIES:
+        raise ConfigError(name, value, "String must be one of (case insensitive): " + ", ".join(POLICIES))
+
+
 def validate_assignors(name: str, value: Any) -> None:
     if not value:
         raise ConfigError(name, value, "at least one assignor is needed (uniform, range)")
@@ -427,6 +435,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
               "class names; the first is the default."),
     ConfigKey("group.consumer.max.size", T.INT, INT_MAX, Range.at_least(1),
               "The maximum number of consumers that a single consumer group (consumer protocol) can accommodate."),
+    ConfigKey("group.consumer.migration.policy", T.STRING, "bidirectional", validate_migration_policy,
+              "The online migration of a group between the classic and the consumer protocol: bidirectional "
+              "(both ways), upgrade (classic to consumer only), downgrade (consumer to classic only) or disabled."),
     ConfigKey("group.share.session.timeout.ms", T.INT, 45000, Range.at_least(1),
               "The timeout to detect client failures when using the share group protocol."),
     ConfigKey("group.share.min.session.timeout.ms", T.INT, 45000, Range.at_least(1),

@@ -35,6 +35,9 @@ Kafka does (literal topics are assigned first, the matched ones after the resolu
 bumps the group epoch); a topic created later that matches joins the subscription at
 the next heartbeat. An empty regex clears it; one that does not compile is
 INVALID_REGULAR_EXPRESSION.
+
+Members of the classic protocol inside a consumer group, and the online upgrade and
+downgrade between the two kinds of group, are broker.coordinator.classic_members'.
 """
 
 from __future__ import annotations
@@ -93,6 +96,11 @@ class ConsumerMember:
     pending_revocation: dict = field(default_factory=dict)  # topic id -> set(partitions)
     session_timer: object = None
     rebalance_timer: object = None
+    # a member of the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside this group:
+    # broker.coordinator.classic_members.ClassicMetadata, else None
+    classic: object = None
+    join_timer: object = None
+    sync_timer: object = None
 
 
 class ConsumerGroup(ClassicGroup):
@@ -224,7 +232,7 @@ class ConsumerGroups:
 
     def __init__(self, coord, *, topic_metadata, topic_names=None, assignors=("uniform", "range"),
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000, max_size: int = 2**31 - 1,
-                 group_config=None):
+                 group_config=None, migration_policy: str = "bidirectional"):
         self.coord = coord
         # the topic names regex subscriptions are matched against (internal ones left out)
         self.topic_names = topic_names or (lambda: [])
@@ -236,6 +244,10 @@ class ConsumerGroups:
         self.max_size = max_size
         # group id -> {"consumer.session.timeout.ms": .., "consumer.heartbeat.interval.ms": ..}
         self.group_config = group_config or (lambda group_id: {})
+        # classic members inside consumer groups, and the migration between the kinds
+        from broker.coordinator.classic_members import ClassicMembers
+
+        self.classic = ClassicMembers(self, migration_policy)
 
     # -- helpers ---------------------------------------------------------------------------
     def _now(self) -> int:
@@ -254,11 +266,15 @@ class ConsumerGroups:
     @staticmethod
     def _member_record(g, m: ConsumerMember):
         V = M.ConsumerGroupMemberMetadataValue
+        classic = None
+        if m.classic is not None:
+            classic = V.ClassicMemberMetadata(session_timeout_ms=m.classic.session_timeout_ms, supported_protocols=[
+                V.ClassicProtocol(name=n, metadata=meta) for n, meta in m.classic.protocols])
         return (CR.key(CR.MEMBER_METADATA, g.group_id, m.member_id), CR.value(0, V(
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
-            classic_member_metadata=None)))
+            classic_member_metadata=classic)))
 
     @staticmethod
     def _current_record(g, m: ConsumerMember):
@@ -272,6 +288,19 @@ class ConsumerGroups:
     def _epoch_record(g):
         return (CR.key(CR.GROUP_METADATA, g.group_id),
                 CR.value(0, M.ConsumerGroupMetadataValue(epoch=g.group_epoch)))
+
+    @staticmethod
+    def _target_records(g, targets: dict, metadata: bool = True) -> list:
+        """Target assignment records of ``targets`` ({member id: {topic id: set}}), and
+        the assignment epoch's."""
+        V = M.ConsumerGroupTargetAssignmentMemberValue
+        records = [(CR.key(CR.TARGET_MEMBER, g.group_id, mid),
+                    CR.value(0, V(topic_partitions=CR.topic_partitions(V.TopicPartition, assignment))))
+                   for mid, assignment in targets.items()]
+        if metadata:
+            records.append((CR.key(CR.TARGET_METADATA, g.group_id), CR.value(
+                0, M.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=g.assignment_epoch))))
+        return records
 
     @staticmethod
     def _member_tombstones(g, member_id: str) -> list:
@@ -409,11 +438,14 @@ class ConsumerGroups:
         if isinstance(g, ConsumerGroup):
             return g
         if g is not None:
-            if g.members or g.pending_members or not create:
+            if not create:
                 raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            if g.members:  # online upgrade (broker.coordinator.classic_members)
+                return self.classic.upgrade(g)
             # an empty classic group (offsets only) becomes a consumer group, keeping them
             new = ConsumerGroup(group_id, self._now())
             new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+            coord.retire(g)
             coord.store.write_group(group_id, None)
             coord.groups[group_id] = new
             return new
@@ -436,7 +468,7 @@ class ConsumerGroups:
         if instance_id is not None and member_epoch == 0:
             old = g.static_member(instance_id)
             if old is not None and old.member_id != member_id:
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                if old.member_epoch != STATIC_LEAVE_EPOCH and old.classic is None:
                     raise CoordinatorError(E.UNRELEASED_INSTANCE_ID,
                                            f"Static member {member_id} with instance id {instance_id} cannot join "
                                            f"the group because the instance id is owned by {old.member_id} member.")
@@ -497,7 +529,7 @@ class ConsumerGroups:
             records += self._new_target(g)
         previous = (member.member_epoch, member.state, {t: set(p) for t, p in member.assigned.items()},
                     {t: set(p) for t, p in member.pending_revocation.items()})
-        self._reconcile(g, member, owned)
+        self._reconcile(g, member, None if owned is None else {tp.topic_id: set(tp.partitions) for tp in owned})
         if (member.member_epoch, member.state, member.assigned, member.pending_revocation) != previous or new_member:
             records.append(self._current_record(g, member))
         self._write(group_id, records)
@@ -527,18 +559,11 @@ class ConsumerGroups:
         name = g.preferred_assignor(self.assignors[0])
         subs = {mid: self.subscribed(m, g) for mid, m in g.members.items()}
         target = ASSIGNORS.get(name, _uniform)(subs, g.subscription_metadata, g.target)
-        records = []
-        V = M.ConsumerGroupTargetAssignmentMemberValue
-        for mid, assignment in target.items():
-            if g.target.get(mid) != assignment:
-                records.append((CR.key(CR.TARGET_MEMBER, g.group_id, mid),
-                                CR.value(0, V(topic_partitions=CR.topic_partitions(V.TopicPartition, assignment)))))
-        for mid in set(g.target) - set(target):
-            records.append((CR.key(CR.TARGET_MEMBER, g.group_id, mid), None))
+        changed = {mid: a for mid, a in target.items() if g.target.get(mid) != a}
+        gone = [(CR.key(CR.TARGET_MEMBER, g.group_id, mid), None) for mid in set(g.target) - set(target)]
         g.target = target
         g.assignment_epoch = g.group_epoch
-        records.append((CR.key(CR.TARGET_METADATA, g.group_id),
-                        CR.value(0, M.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=g.assignment_epoch))))
+        records = gone + self._target_records(g, changed)
         log.info("consumer group %s: target assignment of epoch %d computed with the %s assignor", g.group_id,
                  g.assignment_epoch, name)
         return records
@@ -553,11 +578,11 @@ class ConsumerGroups:
                     out.update((tid, p) for p in ps)
         return out
 
-    def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned) -> None:
-        """Kafka's CurrentAssignmentBuilder.build."""
+    def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned_map: dict | None) -> None:
+        """Kafka's CurrentAssignmentBuilder.build. ``owned_map``: {topic id: partitions}
+        the member says it owns, None when it did not say."""
         target_epoch = g.assignment_epoch
         target = g.target.get(m.member_id, {})
-        owned_map = None if owned is None else {tp.topic_id: set(tp.partitions) for tp in owned}
 
         def owns_any(revoking: dict) -> bool:
             if owned_map is None:
@@ -612,13 +637,33 @@ class ConsumerGroups:
             self._schedule(g, m)
             return 0, None, member_id, STATIC_LEAVE_EPOCH, 0, None
         log.info("member %s left consumer group %s", member_id, g.group_id)
-        self._remove(g, m, write=True, bump=True)
+        self._fence(g, m)
         return 0, None, member_id, LEAVE_EPOCH, 0, None
 
-    def _remove(self, g: ConsumerGroup, m: ConsumerMember, *, write: bool, bump: bool) -> None:
-        for timer in (m.session_timer, m.rebalance_timer):
+    def _fence(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        """A member leaves or is fenced: removed, the group epoch bumped; or the group
+        becomes a classic one when only classic members remain (Kafka's
+        consumerGroupFenceMember)."""
+        if self.classic.can_downgrade(g, m) and self.classic.downgrade(g, m):
+            return
+        self._remove(g, m, write=True, bump=True)
+
+    @staticmethod
+    def _cancel_timers(m: ConsumerMember) -> None:
+        for name in ("session_timer", "rebalance_timer", "join_timer", "sync_timer"):
+            timer = getattr(m, name)
             if timer is not None:
                 timer.cancel()
+                setattr(m, name, None)
+
+    def _bump(self, g: ConsumerGroup) -> None:
+        g.subscription_metadata = self._subscription_metadata(g)
+        g.group_epoch += 1
+        self._write(g.group_id, [self._epoch_record(g)])
+        log.info("consumer group %s: group epoch %d", g.group_id, g.group_epoch)
+
+    def _remove(self, g: ConsumerGroup, m: ConsumerMember, *, write: bool, bump: bool) -> None:
+        self._cancel_timers(m)
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
         self._forget_unused_regex(g, m.subscribed_topic_regex)
@@ -634,9 +679,9 @@ class ConsumerGroups:
     def _schedule(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if m.session_timer is not None:
             m.session_timer.cancel()
-        timeout = self._session_timeout(g.group_id)
+        timeout = m.classic.session_timeout_ms if m.classic is not None else self._session_timeout(g.group_id)
         m.session_timer = self.coord.scheduler.call_later(timeout, lambda: self._session_expired(g, m.member_id, timeout))
-        if m.state == M_UNREVOKED:
+        if m.state == M_UNREVOKED and m.classic is None:  # classic members have join and sync timers instead
             if m.rebalance_timer is None:
                 epoch = m.member_epoch
                 limit = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else timeout
@@ -656,7 +701,7 @@ class ConsumerGroups:
             return
         log.info("member %s of consumer group %s has failed (no heartbeat within %d ms); removing it",
                  member_id, g.group_id, timeout)
-        self._remove(g, m, write=True, bump=True)
+        self._fence(g, m)
 
     def _rebalance_expired(self, g: ConsumerGroup, member_id: str, epoch: int, limit: int) -> None:
         m = self._alive(g, member_id)
@@ -664,7 +709,7 @@ class ConsumerGroups:
             return
         log.info("member %s of consumer group %s did not revoke its partitions within its rebalance timeout "
                  "(%d ms); fencing it", member_id, g.group_id, limit)
-        self._remove(g, m, write=True, bump=True)
+        self._fence(g, m)
 
     def start_loaded_timers(self) -> None:
         for g in list(self.coord.groups.values()):
@@ -681,11 +726,16 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             raise CoordinatorError(E.UNKNOWN_MEMBER_ID, None)
-        if not transactional and version < 9:
+        if not transactional and version < 9 and m.classic is None:
             raise CoordinatorError(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
                                                           "using the modern group protocol")
+        ConsumerGroups._check_member_epoch(m, epoch)
+
+    @staticmethod
+    def _check_member_epoch(m: ConsumerMember, epoch: int) -> None:
+        """Kafka's validateMemberEpoch: a classic member's generation is its epoch."""
         if epoch != m.member_epoch:
-            raise CoordinatorError(E.STALE_MEMBER_EPOCH, None)
+            raise CoordinatorError(E.ILLEGAL_GENERATION if m.classic is not None else E.STALE_MEMBER_EPOCH, None)
 
     @staticmethod
     def validate_fetch(g: ConsumerGroup, member_id: str | None, epoch: int) -> None:
@@ -695,8 +745,7 @@ class ConsumerGroups:
         m = g.members.get(member_id or "")
         if m is None:
             raise CoordinatorError(E.UNKNOWN_MEMBER_ID, None)
-        if epoch != m.member_epoch:
-            raise CoordinatorError(E.STALE_MEMBER_EPOCH, None)
+        ConsumerGroups._check_member_epoch(m, epoch)
 
     # -- replay ------------------------------------------------------------------------------
     def load(self, version: int, group_id: str, member_id, value) -> None:
@@ -738,6 +787,14 @@ class ConsumerGroups:
                 m.subscribed_topic_names = list(value.subscribed_topic_names or [])
                 m.subscribed_topic_regex = value.subscribed_topic_regex
                 m.rebalance_timeout_ms, m.server_assignor = value.rebalance_timeout_ms, value.server_assignor
+                c = value.classic_member_metadata
+                if c is not None:
+                    from broker.coordinator.classic_members import ClassicMetadata
+
+                    m.classic = ClassicMetadata(c.session_timeout_ms, [(p.name, bytes(p.metadata or b""))
+                                                                       for p in c.supported_protocols or []])
+                else:
+                    m.classic = None
             elif version == CR.CURRENT_ASSIGNMENT:
                 m.member_epoch, m.previous_member_epoch = value.member_epoch, value.previous_member_epoch
                 m.state = value.state

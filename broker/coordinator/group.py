@@ -353,9 +353,14 @@ class GroupCoordinator:
             rebalance_timeout_ms = session_timeout_ms
         g = self.group(group_id)
         if g is not None and g.kind == "consumer":
-            # classic members cannot join a group of the consumer protocol (Kafka with the
-            # migration policy disabled: throwIfClassicProtocolIsNotSupported)
-            return self._done(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            if g.members:  # a classic member of a consumer group (broker.coordinator.classic_members)
+                return self._done(self.consumer.classic.join(
+                    g, member_id=member_id, instance_id=group_instance_id, protocol_type=protocol_type,
+                    protocols=protocols, session_timeout_ms=session_timeout_ms,
+                    rebalance_timeout_ms=rebalance_timeout_ms, client_id=client_id, client_host=client_host,
+                    require_known_member_id=require_known_member_id))
+            # an empty consumer group becomes a classic one, keeping its offsets
+            g = self._classic_from_empty(g)
         now = self._now()
         created = False
         if g is None:
@@ -381,6 +386,29 @@ class GroupCoordinator:
             if self.groups.get(group_id) is g:
                 del self.groups[group_id]
         return fut
+
+    def _classic_from_empty(self, g: ClassicGroup) -> ClassicGroup:
+        self._write_group_tombstones(g)
+        g.state = DEAD
+        new = ClassicGroup(g.group_id, self._now())
+        new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+        self.groups[g.group_id] = new
+        log.info("empty consumer group %s becomes a classic group", g.group_id)
+        return new
+
+    def retire(self, g: ClassicGroup) -> None:
+        """The classic group ``g`` is being replaced by a consumer group (online upgrade):
+        requests parked in its rebalance are answered REBALANCE_IN_PROGRESS, so that the
+        members rejoin, and its timers stop."""
+        for m in g.members.values():
+            self._complete(m.join_futures, JoinResult(E.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+            self._complete(m.sync_futures, SyncResult(E.REBALANCE_IN_PROGRESS))
+            if m.heartbeat is not None:
+                m.heartbeat.cancel()
+        for timer in [*g.pending_members.values(), g.join_timer, g.sync_timer]:
+            if timer is not None:
+                timer.cancel()
+        g.state = DEAD
 
     def _accept_joining_member(self, g: ClassicGroup, member_id: str) -> bool:
         """``group.max.size`` (Kafka's acceptJoiningMember, GroupMetadataManager.java;
@@ -737,6 +765,10 @@ class GroupCoordinator:
     def sync(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None, assignments: dict):
         g = self.group(group_id)
+        if g is not None and g.kind == "consumer" and g.members:
+            return self._done(self.consumer.classic.sync(
+                g, member_id=member_id, instance_id=group_instance_id, generation_id=generation_id,
+                protocol_type=protocol_type, protocol_name=protocol_name))
         if g is None or g.is_empty() or g.kind == "consumer":
             return self._done(SyncResult(E.UNKNOWN_MEMBER_ID))
         try:
@@ -780,7 +812,10 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ Heartbeat
     def heartbeat(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
         g = self.group(group_id)
-        if g is None or g.kind == "consumer":
+        if g is not None and g.kind == "consumer":
+            return self.consumer.classic.heartbeat(g, member_id=member_id, instance_id=group_instance_id,
+                                                   generation_id=generation_id)
+        if g is None:
             return int(E.UNKNOWN_MEMBER_ID)
         try:
             self._validate_member(g, member_id, group_instance_id)
@@ -802,7 +837,9 @@ class GroupCoordinator:
         (LeaveGroup v5+, KIP-800) as a third item. Returns (top-level error,
         [(member_id, group_instance_id, error)])."""
         g = self.group(group_id)
-        if g is None or g.kind == "consumer":
+        if g is not None and g.kind == "consumer":
+            return self.consumer.classic.leave(g, members)
+        if g is None:
             return int(E.UNKNOWN_MEMBER_ID), [(mid, iid, int(E.UNKNOWN_MEMBER_ID)) for mid, iid, *_ in members]
         results = []
         changed = False
@@ -1230,9 +1267,7 @@ class GroupCoordinator:
         for g in self.groups.values():
             if g.kind == "consumer":
                 for m in g.members.values():
-                    for timer in (m.session_timer, m.rebalance_timer):
-                        if timer is not None:
-                            timer.cancel()
+                    self.consumer._cancel_timers(m)
                 continue
             if g.sync_timer is not None:
                 g.sync_timer.cancel()

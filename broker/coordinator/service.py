@@ -44,6 +44,7 @@ def start_group_coordinator(ctx) -> GroupCoordinator:
             session_timeout_ms=int(cfg.group_consumer_session_timeout_ms),
             heartbeat_interval_ms=int(cfg.group_consumer_heartbeat_interval_ms),
             max_size=int(cfg.group_consumer_max_size),
+            migration_policy=str(cfg.group_consumer_migration_policy),
             group_config=group_config),
         clock=ctx.clock,
         store=store,

@@ -1,4 +1,5 @@
-"""ConsumerGroupDescribe (key 69), v0-1 (v1: each member's type, 1 = consumer protocol): groups of the consumer protocol (KIP-848) with
+"""ConsumerGroupDescribe (key 69), v0-1 (v1: each member's type, 0 classic, 1 consumer
+protocol): groups of the consumer protocol (KIP-848) with
 their state, group and assignment epochs, assignor, and members with their current and
 target assignments (topic id and name). A classic group or an unknown id answers
 GROUP_ID_NOT_FOUND with Kafka's message; DESCRIBE on the group is required.
@@ -54,7 +55,7 @@ def handle(ctx, header, request, session=None):
                               subscribed_topic_regex=m.subscribed_topic_regex,
                               assignment=_assignment(lm, m.assigned),
                               target_assignment=_assignment(lm, g.target.get(m.member_id, {})),
-                              member_type=1)  # KIP-1099: a member of the consumer protocol
+                              member_type=0 if m.classic is not None else 1)  # KIP-1099: classic 0, consumer 1
                      for m in sorted(g.members.values(), key=lambda m: m.member_id)],
             authorized_operations=ops))
     return R(throttle_time_ms=0, groups=out)

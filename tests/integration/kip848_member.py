@@ -1,7 +1,8 @@
-"""A confluent-kafka consumer of the consumer group protocol (group.protocol=consumer)
-run as its own process by test_consumer_group_protocol.py: it consumes, commits, and
-prints one JSON line per half second with its assignment and how many records it read.
-SIGTERM closes it (a leave); SIGKILL is a crash."""
+"""A confluent-kafka consumer of the consumer group protocol (group.protocol=consumer),
+or with a fifth argument ``classic:<partition.assignment.strategy>`` of the classic one,
+run as its own process by test_consumer_group_protocol.py and test_group_migration.py:
+it consumes, commits, and prints one JSON line per half second with its assignment and
+how many records it read. SIGTERM closes it (a leave); SIGKILL is a crash."""
 
 import json
 import signal
@@ -11,11 +12,15 @@ import time
 from confluent_kafka import Consumer
 
 
-def main(bootstrap: str, group: str, topic: str, client_id: str) -> None:
+def main(bootstrap: str, group: str, topic: str, client_id: str, protocol: str = "consumer") -> None:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                  "client.id": client_id, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 200})
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "client.id": client_id, "auto.offset.reset": "earliest", "auto.commit.interval.ms": 200}
+    if protocol.startswith("classic:"):
+        conf.update({"group.protocol": "classic", "partition.assignment.strategy": protocol.split(":", 1)[1],
+                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    c = Consumer(conf)
     c.subscribe([topic])
     consumed = 0
     last = 0.0
@@ -31,4 +36,4 @@ def main(bootstrap: str, group: str, topic: str, client_id: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -29,9 +29,10 @@ MEMBER = os.path.join(os.path.dirname(__file__), "kip848_member.py")
 
 
 class Member:
-    def __init__(self, bootstrap, group, topic, name):
+    def __init__(self, bootstrap, group, topic, name, protocol="consumer"):
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-        self.proc = subprocess.Popen([sys.executable, MEMBER, bootstrap, group, topic, name], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, MEMBER, bootstrap, group, topic, name, protocol],
+                                     stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, env=env)
         self.state = {"assigned": [], "consumed": 0}
         threading.Thread(target=self._read, daemon=True).start()
@@ -196,7 +197,8 @@ def test_heartbeat_errors_and_describe_of_other_groups(kbroker):
          "RebalanceTimeoutMs must be provided in first request."),
     ]:
         assert resp.error_code == code and message in (resp.error_message or ""), (code, resp)
-    # a classic group of the same id cannot be joined by the new protocol, and vice versa
+    # a classic group of the consumer protocol type is upgraded when a member of the new
+    # protocol joins (test_group_migration.py); one of another type cannot be joined
     produce_kp(b.bootstrap, topic, [Rec(b"k", b"v")])
     from confluent_kafka import Consumer
 
@@ -206,11 +208,10 @@ def test_heartbeat_errors_and_describe_of_other_groups(kbroker):
     while time.time() < deadline and not c.assignment():
         c.poll(0.2)
     try:
-        assert heartbeat("member-c", 0, group="classic-g").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert heartbeat("member-c", 0, group="classic-g").error_code == 0
+        assert sorted(m.member_type for m in describe(b.port, "classic-g").members) == [0, 1]
     finally:
         c.close()
-    d = describe(b.port, "classic-g")
-    assert (d.error_code, d.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group classic-g is not a consumer group.")
     assert describe(b.port, "nope").error_code == ErrorCode.GROUP_ID_NOT_FOUND
     # DescribeGroups (the classic API) describes a consumer group as Dead, as Kafka
     (dg,) = raw(b.port, 15, 5, T.DescribeGroupsRequest(groups=["raw-g"], include_authorized_operations=False)).groups
@@ -219,6 +220,14 @@ def test_heartbeat_errors_and_describe_of_other_groups(kbroker):
     left = heartbeat("member-a", -1)
     assert left.error_code == 0 and left.member_epoch == -1
     assert describe(b.port, "raw-g").group_state == "Empty"
+    J = T.JoinGroupRequest
+    joined = raw(b.port, 11, 5, J(group_id="connect-g", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                  member_id="", group_instance_id="w1", protocol_type="connect",
+                                  protocols=[J.JoinGroupRequestProtocol(name="default", metadata=b"")]))
+    assert joined.error_code == 0
+    assert heartbeat("member-c", 0, group="connect-g").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    d = describe(b.port, "connect-g")
+    assert (d.error_code, d.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group connect-g is not a consumer group.")
 
 
 def test_confluent_admin_describes_and_lists_both_kinds(kbroker):

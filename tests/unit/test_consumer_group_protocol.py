@@ -188,8 +188,8 @@ def test_offset_commit_and_fetch_checks(env):
     with pytest.raises(CoordinatorError) as info:
         coord.consumer.validate_fetch(g, "m1", epoch - 1)
     assert info.value.code == E.STALE_MEMBER_EPOCH
-    # classic members may not join it; it lists as a consumer group
-    f = coord.join(group_id="g", member_id="", group_instance_id=None, protocol_type="consumer",
+    # a member of another protocol type may not join it; it lists as a consumer group
+    f = coord.join(group_id="g", member_id="", group_instance_id=None, protocol_type="connect",
                    protocols=[("range", b"")], session_timeout_ms=10000, rebalance_timeout_ms=10000,
                    client_id="x", client_host="/h", require_known_member_id=True)
     assert f.result().error == E.INCONSISTENT_GROUP_PROTOCOL
