@@ -9,11 +9,11 @@ broker.coordinator.consumer_group.
 * Upgrade: the first ConsumerGroupHeartbeat into a classic group that has members turns
   it into a consumer group, when ``group.consumer.migration.policy`` allows it
   (``upgrade`` or ``bidirectional``, Kafka 4's default) and the group's protocol type is
-  ``consumer``. Each classic member becomes a member of the consumer group at the
-  group's generation, with the subscription it sent and the partitions its leader gave
-  it as its current and target assignment; JoinGroup and SyncGroup requests parked in
-  the classic rebalance are answered REBALANCE_IN_PROGRESS. Otherwise the heartbeat gets
-  GROUP_ID_NOT_FOUND.
+  ``consumer``; otherwise the heartbeat gets GROUP_ID_NOT_FOUND saying why. Each
+  classic member becomes a member of the consumer group at the group's generation,
+  with the subscription it sent and the partitions its leader gave it as its current
+  and target assignment; JoinGroup and SyncGroup requests parked in the classic
+  rebalance are answered REBALANCE_IN_PROGRESS.
 * Classic members of a consumer group keep speaking JoinGroup/SyncGroup/Heartbeat/
   LeaveGroup; the server assignor decides for them. JoinGroup decodes the member's
   subscription (its first protocol's metadata), updates the group as a heartbeat would
@@ -119,16 +119,18 @@ class ClassicMembers:
         """A classic group with members -> a consumer group (or GROUP_ID_NOT_FOUND)."""
         gid = old.group_id
 
-        def refuse(why: str):
-            log.info("cannot upgrade classic group %s to a consumer group: %s", gid, why)
-            raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+        def refuse(why: str, detail: str):
+            log.info("cannot upgrade classic group %s to consumer group because %s (%s)", gid, why, detail)
+            raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group "
+                                                         f"because {why}.")
 
         if self.policy not in ("upgrade", "bidirectional"):
-            refuse(f"the online upgrade is disabled (group.consumer.migration.policy={self.policy})")
+            refuse("online upgrade is disabled", f"group.consumer.migration.policy={self.policy}")
         if old.protocol_type != CONSUMER_PROTOCOL:
-            refuse(f"the group's protocol type is {old.protocol_type!r}, not the consumer protocol")
+            refuse("the group does not use the consumer embedded protocol", f"protocol type {old.protocol_type}")
         if len(old.members) > self.groups.max_size:
-            refuse(f"its {len(old.members)} members exceed group.consumer.max.size={self.groups.max_size}")
+            refuse("the group size exceeds the consumer group maximum size",
+                   f"{len(old.members)} members, group.consumer.max.size={self.groups.max_size}")
         new = ConsumerGroup(gid, self.groups._now())
         new.offsets, new.pending_txn_offsets = old.offsets, old.pending_txn_offsets
         new.group_epoch = new.assignment_epoch = old.generation_id
@@ -139,7 +141,7 @@ class ClassicMembers:
                 assigned = self._ids(CP.decode_assignment(m.assignment))
             except ValueError as exc:
                 log.warning("cannot upgrade classic group %s: member %s: %s", gid, m.member_id, exc)
-                raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {gid} to consumer "
+                raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer "
                                                              f"group because the embedded consumer protocol is "
                                                              f"malformed.") from None
             cm = ConsumerMember(member_id=m.member_id, instance_id=m.group_instance_id, rack_id=rack,
