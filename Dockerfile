@@ -1,7 +1,13 @@
 # Chronolog broker image (see README, "Running in containers").
-#   docker build -t chronolog .                      # the broker (target "broker", the default)
+#   docker build -t chronolog .                      # the broker (the last stage, "broker")
 #   docker build --target tests -t chronolog-tests .  # + test tools and the test suite
-FROM python:3.11-slim AS broker
+#   docker build --build-arg BASE_IMAGE=my-python:3.11 -t chronolog .  # another base image
+# (Python 3.11+ with pip and apt-get: the default, or a local one where no registry is reachable)
+ARG BASE_IMAGE=python:3.11-slim
+
+# Chronolog installed, and its non-root user: what both images share. No volume, no
+# health check and no entry point here; those are the broker's.
+FROM ${BASE_IMAGE} AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -26,34 +32,13 @@ RUN groupadd --system --gid 10001 chronolog \
  && useradd --system --uid 10001 --gid chronolog --home-dir /data --no-create-home --shell /usr/sbin/nologin chronolog \
  && mkdir -p /data \
  && chown chronolog:chronolog /data
-
-# Configuration through CHRONOLOG_<PROPERTY> variables (or --config / --override args):
-# listen on every interface, keep the log in the volume, serve /metrics on 9404.
-# CHRONOLOG_ADVERTISED_LISTENERS is what clients are told to connect to: set it to an
-# address they can reach (docker run -e CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://myhost:9092).
-ENV CHRONOLOG_LISTENERS=PLAINTEXT://0.0.0.0:9092 \
-    CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
-    CHRONOLOG_LOG_DIRS=/data \
-    CHRONOLOG_METRICS_PORT=9404
-
-VOLUME ["/data"]
-EXPOSE 9092 9404
 USER chronolog:chronolog
-
-# One ApiVersions round trip over the Kafka protocol: exit 0 healthy, 1 not.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["chronolog", "healthcheck", "--quiet", "--bootstrap-server", "127.0.0.1:9092", "--timeout", "4"]
-
-# SIGTERM: controlled shutdown, bounded by controlled.shutdown.timeout.ms (default 8 s,
-# under docker stop's default 10 s grace period).
-STOPSIGNAL SIGTERM
-ENTRYPOINT ["chronolog"]
-CMD ["serve"]
 
 
 # The integration test runner (docker compose "tests" service): the test extra, kcat and
-# the test suite on top of the broker image. Runs as the same non-root user.
-FROM broker AS tests
+# the test suite on top of the installed broker, as the same non-root user. It runs no
+# broker of its own: no volume, no health check.
+FROM base AS tests
 USER root
 RUN apt-get update \
  && apt-get install -y --no-install-recommends kcat gcc libc6-dev \
@@ -65,8 +50,32 @@ COPY tests ./tests
 RUN chown -R chronolog:chronolog /opt/chronolog
 USER chronolog:chronolog
 ENV HOME=/tmp
-ENTRYPOINT []
 CMD ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", \
      "tests/integration/test_roundtrip.py", \
      "tests/integration/test_offsets_for_times.py", \
      "tests/integration/test_log_append_time.py"]
+
+
+# The broker: the last stage, so that a plain `docker build .` gives it.
+FROM base AS broker
+# Configuration through CHRONOLOG_<PROPERTY> variables (or --config / --override args):
+# listen on every interface, keep the log in the volume, serve /metrics on 9404.
+# CHRONOLOG_ADVERTISED_LISTENERS is what clients are told to connect to: set it to an
+# address they can reach (docker run -e CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://myhost:9092).
+ENV CHRONOLOG_LISTENERS=PLAINTEXT://0.0.0.0:9092 \
+    CHRONOLOG_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
+    CHRONOLOG_LOG_DIRS=/data \
+    CHRONOLOG_METRICS_PORT=9404
+
+VOLUME ["/data"]
+EXPOSE 9092 9404
+
+# One ApiVersions round trip over the Kafka protocol: exit 0 healthy, 1 not.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["chronolog", "healthcheck", "--quiet", "--bootstrap-server", "127.0.0.1:9092", "--timeout", "4"]
+
+# SIGTERM: controlled shutdown, bounded by controlled.shutdown.timeout.ms (default 8 s,
+# under docker stop's default 10 s grace period).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["chronolog"]
+CMD ["serve"]

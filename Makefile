@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PROMTOOL := .tools/prometheus/usr/bin/promtool
 
 .PHONY: run test bench tools venv
 
@@ -24,7 +25,9 @@ run: $(STAMP)
 
 # kcat (Debian's, librdkafka 2.0) and kafkajs (npm, tests/js) are clients the integration
 # tests drive; openssl makes their TLS certificates; PySpark (the kafka-compatible
-# source's tests) needs a Java 17+ runtime.
+# source's tests) needs a Java 17+ runtime; docker-compose (Debian's 1.29) and promtool
+# (from Debian's prometheus package, unpacked into .tools/, no service installed) check
+# the compose file and the alert rules.
 tools:
 	@{ command -v openssl >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -36,6 +39,13 @@ tools:
 	@{ command -v java >/dev/null 2>&1 || ls -d /usr/lib/jvm/*/bin/java >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq docker-compose >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL) || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && mkdir -p .tools && cd .tools && apt-get download -qq prometheus 2>/dev/null \
+	  && dpkg-deb -x prometheus_*.deb prometheus && rm -f prometheus_*.deb; }
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -16,7 +16,8 @@ Two kinds of metrics:
 * **State gauges computed at scrape time** by :class:`BrokerStateCollector` from the
   LogManager and the group coordinator: kafka_exporter's partition offsets and consumer
   group offsets/lag (same names and labels, so its Grafana dashboards work), plus
-  ``kafka_consumergroup_lag_seconds`` and log size / segment count per partition.
+  ``kafka_consumergroup_lag_seconds``, log size / segment count per partition, and the
+  total and usable bytes of each log dir's file system.
 
 The endpoint is an asyncio server on the broker's event loop, so the collector reads
 storage from the thread that owns it (no locking, no torn reads of a segment list while
@@ -39,6 +40,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
+
+from storage.log_manager import volume_bytes
 
 log = logging.getLogger("chronolog.metrics")
 
@@ -629,6 +632,18 @@ class BrokerStateCollector:
                                     "caught up", labels=gp)
         g_members = GaugeMetricFamily("kafka_consumergroup_members", "Amount of members in a consumer group",
                                       labels=["consumergroup"])
+        dir_total = GaugeMetricFamily("chronolog_log_dir_total_bytes",
+                                      "Size of the file system holding the log dir", labels=["log_dir"])
+        dir_usable = GaugeMetricFamily("chronolog_log_dir_usable_bytes",
+                                       "Bytes still usable on the file system holding the log dir",
+                                       labels=["log_dir"])
+        for d in lm.log_dirs:
+            try:
+                total, usable = volume_bytes(d)
+            except OSError:  # an offline log dir: no series
+                continue
+            dir_total.add_metric([d], total)
+            dir_usable.add_metric([d], usable)
         logs = lm.logs()
         for name, info in sorted(lm.topics().items()):
             partitions.add_metric([name], info.num_partitions)
@@ -694,8 +709,8 @@ class BrokerStateCollector:
                     if has_lag:
                         g_lag_sum.add_metric([gid, t], lag_sum)
         self._ts_cache = new_cache
-        return [brokers, partitions, current, oldest, size, segments, g_current, g_current_sum,
-                g_lag, g_lag_sum, g_lag_s, g_members]
+        return [brokers, partitions, current, oldest, size, segments, dir_total, dir_usable, g_current,
+                g_current_sum, g_lag, g_lag_sum, g_lag_s, g_members]
 
 
 class MetricsServer:

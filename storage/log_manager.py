@@ -95,6 +95,18 @@ LEADER_EPOCH = 0
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
+LONG_MAX = 2**63 - 1
+
+
+def volume_bytes(path: str) -> tuple[int, int]:
+    """(total, usable) bytes of the file system holding ``path``, for DescribeLogDirs and
+    the log dir metrics. As Kafka's adjustForLargeFileSystems, a size that overflows a
+    Java long is Long.MAX_VALUE. OSError if the path cannot be read."""
+    st = os.statvfs(path)
+    total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    return (total if 0 <= total <= LONG_MAX else LONG_MAX), (usable if 0 <= usable <= LONG_MAX else LONG_MAX)
+
+
 def validate_topic_name(name: str) -> None:
     """Kafka's Topic.validate: raises InvalidTopicError."""
     if not isinstance(name, str) or name == "":

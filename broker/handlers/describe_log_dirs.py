@@ -18,17 +18,10 @@ from protocol.errors import ErrorCode
 from protocol.messages import DescribeLogDirsResponse as R
 
 from broker.security import authorizer as A
+from storage.log_manager import volume_bytes
 
 log = logging.getLogger("chronolog.describe_log_dirs")
 
-LONG_MAX = 2**63 - 1
-
-
-def _volume(path: str) -> tuple[int, int]:
-    st = os.statvfs(path)
-    total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    # Kafka's adjustForLargeFileSystems: a size that overflows is Long.MAX_VALUE
-    return (total if 0 <= total <= LONG_MAX else LONG_MAX), (usable if 0 <= usable <= LONG_MAX else LONG_MAX)
 
 
 def describe_log_dirs(lm, wanted) -> list:
@@ -41,7 +34,7 @@ def describe_log_dirs(lm, wanted) -> list:
     for d in lm.log_dirs:
         path = os.path.abspath(d)
         try:
-            total, usable = _volume(path)
+            total, usable = volume_bytes(path)
             topics = []
             for topic, logs in by_dir.get(path, {}).items():
                 parts = [R.DescribeLogDirsPartition(partition_index=p, partition_size=lg.size_in_bytes, offset_lag=0,

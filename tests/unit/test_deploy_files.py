@@ -42,6 +42,9 @@ def compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
+GLOBAL = "(global)"
+
+
 def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
     """{stage name: [(INSTRUCTION, arguments)]}, continuation lines joined, comments dropped."""
     lines, cur = [], ""
@@ -54,8 +57,8 @@ def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
             continue
         lines.append(cur + s)
         cur = ""
-    stages: dict[str, list[tuple[str, str]]] = {}
-    name = None
+    stages: dict[str, list[tuple[str, str]]] = {GLOBAL: []}  # GLOBAL: the ARGs before the first FROM
+    name = GLOBAL
     for line in lines:
         instr, _, args = line.partition(" ")
         instr = instr.upper()
@@ -281,6 +284,18 @@ def test_grafana_provisioning_matches_compose():
 # ------------------------------------------------------------------ compose
 
 
+def test_compose_file_is_accepted_by_docker_compose_1_29():
+    """Debian's docker-compose 1.29 (installed by `make tools`) rejects a top-level `name:`."""
+    import shutil
+
+    exe = shutil.which("docker-compose")
+    assert exe, "docker-compose is missing: `make tools` installs Debian's"
+    p = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "name" not in compose()
+
+
 def test_compose_services_ports_volumes_healthcheck():
     c = compose()
     services = c["services"]
@@ -332,11 +347,24 @@ def test_compose_tests_service_points_at_the_broker_service():
 def test_dockerfile_slim_nonroot_volume_expose_healthcheck():
     stages = dockerfile_stages()
     broker = stages["broker"]
-    instrs = dict(broker)  # last of each
-    assert broker[0] == ("FROM", "python:3.11-slim AS broker")
+    instrs = dict(broker) | dict(stages["base"])  # last of each, the broker's over its base's
+    # the broker is the last stage (a plain `docker build .` gives it), built on the
+    # shared base, whose image is a build argument defaulting to the slim Python image
+    assert list(stages)[-1] == "broker" and broker[0] == ("FROM", "base AS broker")
+    assert stages["base"][0] == ("FROM", "${BASE_IMAGE} AS base")
+    assert ("ARG", "BASE_IMAGE=python:3.11-slim") in stages[GLOBAL]
     for name, stage in stages.items():
+        if name == GLOBAL:
+            continue
         users = [a for i, a in stage if i == "USER"]
+        parent = stage[0][1].split()[0]
+        if not users and parent in stages:  # inherited from the stage it is built on
+            users = [a for i, a in stages[parent] if i == "USER"]
         assert users and users[-1].split(":")[0] not in ("root", "0"), f"stage {name} ends as root"
+    # the test runner runs no broker: neither it nor its base has a volume or a health check
+    for name in ("base", "tests"):
+        assert not {"VOLUME", "HEALTHCHECK", "ENTRYPOINT"} & {i for i, _ in stages[name]}, name
+    broker = stages["base"] + broker[1:]
     assert json.loads(instrs["VOLUME"]) == ["/data"]
     assert set(instrs["EXPOSE"].split()) == {"9092", "9404"}
     hc = instrs["HEALTHCHECK"]
@@ -369,6 +397,56 @@ def test_prometheus_scrapes_the_broker_metrics_port():
     assert f"chronolog:{port}" in targets
     job = next(j for j in prom["scrape_configs"] if f"chronolog:{port}" in j["static_configs"][0]["targets"])
     assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+# ------------------------------------------------------------------ alert rules
+
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+
+
+def promtool() -> str:
+    """Debian's promtool: on the PATH, or unpacked by `make tools` into .tools/."""
+    import shutil
+
+    found = shutil.which("promtool") or ROOT / ".tools" / "prometheus" / "usr" / "bin" / "promtool"
+    assert Path(found).is_file(), "promtool is missing: `make tools` unpacks Debian's prometheus package into .tools/"
+    return str(found)
+
+
+def run_promtool(*args) -> str:
+    p = subprocess.run([promtool(), *args], cwd=PROMETHEUS.parent, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout + p.stderr
+
+
+def test_alert_rules_pass_promtool_check_and_their_unit_tests():
+    out = run_promtool("check", "rules", ALERTS.name)
+    assert "SUCCESS: 5 rules found" in out
+    assert "SUCCESS" in run_promtool("test", "rules", "alerts_test.yml")
+    # prometheus.yml loads them (the file compose mounts beside it)
+    assert "1 rule files found" in run_promtool("check", "config", PROMETHEUS.name)
+    prom_mounts = {v.split(":")[1]: v.split(":")[0] for v in compose()["services"]["prometheus"]["volumes"]}
+    assert prom_mounts["/etc/prometheus/alerts.yml"] == "./deploy/prometheus/alerts.yml"
+
+
+def test_alert_rule_unit_tests_can_fail(tmp_path):
+    """The rule tests are not vacuous: a threshold moved past the synthetic series fails them."""
+    (tmp_path / "alerts.yml").write_text(ALERTS.read_text().replace("> 300", "> 500"))
+    (tmp_path / "alerts_test.yml").write_text((PROMETHEUS.parent / "alerts_test.yml").read_text())
+    p = subprocess.run([promtool(), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0 and "ChronologConsumerGroupLagging" in p.stdout + p.stderr
+
+
+def test_alert_rules_cover_what_an_operator_expects_with_metrics_the_broker_exposes(exposed_metric_names):
+    rules = {r["alert"]: r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
+    assert {"ChronologBrokerDown", "ChronologConsumerGroupLagging", "ChronologRecordsFromTheFuture",
+            "ChronologLogDirNearlyFull"} <= set(rules)
+    unknown = [(name, m) for name, r in rules.items() for m in promql_metric_names(r["expr"])
+               if m not in exposed_metric_names and m != "up"]  # up: Prometheus' own
+    assert not unknown, f"alert rules name metrics the broker does not expose: {unknown}"
+    assert all(r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["summary"]
+               for r in rules.values())
 
 
 # ------------------------------------------------------------------ healthcheck subcommand
