@@ -84,7 +84,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     warn_unknown(cfg)
-    server = importlib.import_module("broker.server")  # lazy: tests need no server
+    server = importlib.import_module(".server", __package__)  # lazy: tests need no server
     try:
         rc = server.run(cfg)
     except KeyboardInterrupt:

@@ -63,6 +63,8 @@ class EncodeError(CodecError):
 
 
 _MISSING = object()
+# the module the generated classes belong to ("protocol.messages"; "chronolog.protocol.messages" installed)
+_MESSAGES = __package__ + ".messages"
 
 
 class KafkaStruct:
@@ -280,8 +282,8 @@ def get_class(name: str) -> type:
         ns: dict[str, Any] = dict(_RUNTIME)
         ns["_KafkaStruct"] = KafkaStruct
         ns.update(consts.values)
-        ns["__name__"] = "protocol.messages"
-        exec(compile(src, f"<protocol.messages.{name}>", "exec"), ns)
+        ns["__name__"] = _MESSAGES
+        exec(compile(src, f"<{_MESSAGES}.{name}>", "exec"), ns)
         top = ns[spec.name]
         top.SCHEMA = spec
         top._struct_spec = spec.struct
@@ -289,12 +291,12 @@ def get_class(name: str) -> type:
         top.MESSAGE_TYPE = spec.type
         top.VALID_VERSIONS = spec.valid_versions
         top.FLEXIBLE_VERSIONS = spec.flexible_versions
-        top.__module__ = "protocol.messages"
+        top.__module__ = _MESSAGES
         top.__doc__ = f"Kafka {spec.name} (valid versions {spec.valid_versions}, flexible {spec.flexible_versions})."
         for sname, sspec in spec.structs.items():
             sub = ns[sname]
             sub._struct_spec = sspec
-            sub.__module__ = "protocol.messages"
+            sub.__module__ = _MESSAGES
             sub.__qualname__ = f"{spec.name}.{sname}"
             setattr(top, sname, sub)
         # each struct class also carries its direct child struct classes, Java-style

@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
         cls = get_class(name)
         globals()[name] = cls
         return cls
-    raise AttributeError(f"module 'protocol.messages' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
