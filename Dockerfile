@@ -20,11 +20,15 @@ COPY protocol ./protocol
 COPY storage ./storage
 COPY config ./config
 COPY broker ./broker
-# gcc only for the install: it compiles the record walker (protocol/_recwalk.c)
-RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
+# gcc only for the install: it compiles the record walker (protocol/_recwalk.c) and the
+# cleaner's loops (storage/_cleaner.c); python3-dev too when the base image's Python has
+# no headers (Debian's python3, unlike the python images)
+RUN dev=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev $dev \
  && pip install . \
- && apt-get purge -y --auto-remove gcc libc6-dev \
+ && python3 -c 'import chronolog.protocol._recwalk, chronolog.storage._cleaner' \
+ && apt-get purge -y --auto-remove gcc libc6-dev $dev \
  && rm -rf /var/lib/apt/lists/*
 
 # A fixed non-root uid/gid, owner of the data volume.
@@ -40,11 +44,12 @@ USER chronolog:chronolog
 # broker of its own: no volume, no health check.
 FROM base AS tests
 USER root
-RUN apt-get update \
- && apt-get install -y --no-install-recommends kcat gcc libc6-dev \
+RUN dev=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends kcat gcc libc6-dev $dev \
  && pip install '.[test]' \
- && python setup.py -q build_ext --inplace \
- && apt-get purge -y --auto-remove gcc libc6-dev \
+ && python3 setup.py -q build_ext --inplace \
+ && apt-get purge -y --auto-remove gcc libc6-dev $dev \
  && rm -rf /var/lib/apt/lists/*
 COPY tests ./tests
 RUN chown -R chronolog:chronolog /opt/chronolog

@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PROMTOOL := .tools/prometheus/usr/bin/promtool
 
-.PHONY: run test bench tools venv
+.PHONY: run test bench tools venv test-containers
 
 venv: $(STAMP)
 
@@ -49,6 +49,13 @@ tools:
 
 test: $(STAMP) tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The end-to-end container check (README, "Running in containers"): images built,
+# compose stack up, health check, tests service, host clients, Prometheus queries, clean
+# stop and restart. Needs docker or podman (installed from Debian's packages if neither
+# is there) and takes minutes: not part of `make test`.
+test-containers: $(STAMP) tools
+	$(PY) tests/containers/e2e.py
 
 bench: $(STAMP)
 	$(PY) bench/throughput.py $(ARGS)

@@ -302,7 +302,8 @@ def test_compose_services_ports_volumes_healthcheck():
     assert {"chronolog", "prometheus", "grafana", "tests"} <= set(services)
     broker = services["chronolog"]
     assert broker["build"]["target"] == "broker"
-    assert {"9092:9092", "9404:9404"} <= set(broker["ports"])
+    # the host's 9092 is the EXTERNAL listener (advertised as localhost:9092)
+    assert {"9092:29092", "9404:9404"} <= set(broker["ports"])
     vol_name, _, mount = broker["volumes"][0].partition(":")
     assert mount == "/data" and vol_name in c["volumes"]
     hc = broker["healthcheck"]
@@ -321,6 +322,9 @@ def test_compose_broker_environment_is_a_valid_config():
     assert cfg.log_dirs == ["/data"]
     assert cfg.listener() == ("0.0.0.0", 9092)
     assert cfg.advertised_listener() == ("chronolog", 9092)
+    specs = {spec.name: spec for spec in cfg.listener_specs()}
+    assert (specs["EXTERNAL"].port, specs["EXTERNAL"].advertised_host, specs["EXTERNAL"].advertised_port) == \
+        (29092, "localhost", 9092)
     assert cfg.metrics_port == 9404
 
 
