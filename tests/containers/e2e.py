@@ -315,10 +315,16 @@ def check_prometheus() -> None:
         fail(f"Prometheus does not scrape the broker: targets {health}")
         return
     ok("Prometheus scrapes chronolog:9404 (target up)")
-    time.sleep(20)  # a few scrapes after the traffic, for the rate() windows
-    from tests.unit.test_deploy_files import ALERTS, dashboard_exprs
+    from tests.unit.test_deploy_files import ALERTS
 
     import yaml
+
+    wanted = {r["alert"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]}
+    with urllib.request.urlopen(f"{PROMETHEUS_URL}/api/v1/rules", timeout=10) as r:
+        loaded = {rule["name"] for g in json.load(r)["data"]["groups"] for rule in g["rules"]}
+    (ok if loaded == wanted else fail)(f"Prometheus loaded the alert rules: {sorted(loaded)}")
+    time.sleep(20)  # a few scrapes after the traffic, for the rate() windows
+    from tests.unit.test_deploy_files import dashboard_exprs
 
     dash = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "chronolog.json").read_text())
     exprs = [(where, grafana_to_promql(e)) for where, e in dashboard_exprs(dash)]
