@@ -45,6 +45,8 @@ _BUFFERED_HIGH_WATER = 64 * 1024 * 1024
 _INITIAL_BUFFER = 256 * 1024
 _MIN_READ = 64 * 1024
 _SHRINK_ABOVE = 8 * 1024 * 1024
+# responses of pipelined requests written together, at most this many chunks at a time
+_COALESCE_CHUNKS = 64
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -199,6 +201,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._start, self._end = 0, pending
 
     def _process(self) -> None:
+        # responses to the requests of one read are written together (one send for
+        # pipelined requests), before anything that could write after them
+        out: list = []
+        try:
+            self._process_frames(out)
+        finally:
+            if out:
+                self.write_chunks(out)
+
+    def _process_frames(self, out: list) -> None:
         while not self._closed and not self._busy and not self._write_paused:
             start = self._start
             if self._end - start < 4:
@@ -238,9 +250,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if isinstance(result, list):
                 if self._reserved:
                     self._release()
-                self.write_chunks(result)
+                out += result
+                if len(out) > _COALESCE_CHUNKS:
+                    self.write_chunks(out)
+                    out.clear()
                 continue
-            # an awaitable: stop processing until it completes
+            # an awaitable: stop processing until it completes (the responses before
+            # it go out first)
+            if out:
+                self.write_chunks(out)
+                out.clear()
             self._busy = True
             task = asyncio.ensure_future(result)
             task.add_done_callback(self._on_async_done)
@@ -281,12 +300,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._closed or transport is None:
             return
         self.last_active = _now()
+        run: list = []  # consecutive bytes-like chunks: one writelines, one send
         for chunk in chunks:
             if isinstance(chunk, (bytes, bytearray, memoryview)):
                 if chunk:
-                    transport.write(chunk)
+                    run.append(chunk)
                 continue
+            if run:
+                self._write_run(transport, run)
+                run = []
             self._write_file_slice(chunk)
+        if run:
+            self._write_run(transport, run)
+
+    @staticmethod
+    def _write_run(transport, run: list) -> None:
+        if len(run) == 1:
+            transport.write(run[0])
+        else:
+            transport.writelines(run)
 
     def _write_file_slice(self, fs) -> None:
         transport = self._transport

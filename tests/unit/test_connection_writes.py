@@ -1,0 +1,119 @@
+"""broker/connection.py's writes: the responses to requests that arrive in one read
+(pipelined) go out in one writelines call, in request order, and responses written
+before an asynchronous request's are sent before it starts; file slices keep their place
+between bytes chunks."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from broker.connection import KafkaConnection
+
+
+class Transport:
+    def __init__(self):
+        self.calls: list = []
+
+    def write(self, data):
+        self.calls.append(("write", [bytes(data)]))
+
+    def writelines(self, chunks):
+        self.calls.append(("writelines", [bytes(c) for c in chunks]))
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def close(self):
+        pass
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+class Dispatcher:
+    socket_request_max_bytes = 1 << 20
+    memory_pool = None
+
+    def __init__(self, asynchronous=()):
+        self.connections = set()
+        self.asynchronous = set(asynchronous)
+        self.futures = {}
+
+    def connection_opened(self, conn, ssl_object):
+        return True
+
+    def connection_closed(self, conn):
+        pass
+
+    def dispatch(self, conn, frame):
+        name = bytes(frame)
+        if name in self.asynchronous:
+            fut = asyncio.get_event_loop().create_future()
+            self.futures[name] = fut
+            return fut
+        return [b"resp-" + name]
+
+
+def frames(*names):
+    return b"".join(struct.pack(">i", len(n)) + n for n in names)
+
+
+def feed(conn, data: bytes):
+    buf = conn.get_buffer(len(data))
+    buf[:len(data)] = data
+    conn.buffer_updated(len(data))
+
+
+def connect(dispatcher):
+    conn = KafkaConnection(dispatcher, listener=None)
+    t = Transport()
+    conn.connection_made(t)
+    return conn, t
+
+
+def test_pipelined_responses_are_one_writelines_in_order():
+    conn, t = connect(Dispatcher())
+    feed(conn, frames(b"a", b"b", b"c"))
+    assert t.calls == [("writelines", [b"resp-a", b"resp-b", b"resp-c"])]
+    feed(conn, frames(b"d"))
+    assert t.calls[-1] == ("write", [b"resp-d"])
+
+
+def test_responses_before_an_asynchronous_request_go_first():
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        d = Dispatcher(asynchronous={b"slow"})
+        conn, t = connect(d)
+        feed(conn, frames(b"a", b"slow", b"b"))
+        assert t.calls == [("write", [b"resp-a"])]  # b waits behind the slow one
+        d.futures[b"slow"].set_result([b"resp-slow"])
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(asyncio.sleep(0))
+        assert [c for _, cs in t.calls for c in cs] == [b"resp-a", b"resp-slow", b"resp-b"]
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def test_a_file_slice_keeps_its_place_between_bytes_chunks():
+    class Slice:
+        def __len__(self):
+            return 3
+
+    class Conn(KafkaConnection):  # the sendfile path recorded instead of run
+        def _write_file_slice(self, fs):
+            self._transport.calls.append(("slice", [b"<file>"]))
+
+    conn = Conn(Dispatcher(), listener=None)
+    t = Transport()
+    conn.connection_made(t)
+    conn.write_chunks([b"h1", b"h2", Slice(), b"t1"])
+    assert t.calls == [("writelines", [b"h1", b"h2"]), ("slice", [b"<file>"]), ("write", [b"t1"])]
