@@ -70,6 +70,11 @@ bench-tls: $(STAMP)
 bench-transactions: $(STAMP)
 	$(PY) bench/transactions.py $(ARGS)
 
+# Other shapes of work: small requests, many partitions, end-to-end latency (bench/shapes.py)
+.PHONY: bench-shapes
+bench-shapes: $(STAMP)
+	$(PY) bench/shapes.py $(ARGS)
+
 # Log compaction: cleaning throughput, peak memory, 10M keys in passes, latency while cleaning (bench/README.md)
 .PHONY: bench-compaction
 bench-compaction: $(STAMP)
