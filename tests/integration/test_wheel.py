@@ -29,9 +29,14 @@ GENERIC = ("broker", "protocol", "storage", "config", "pipeline")
 
 
 def _sources(dest: Path) -> Path:
-    """The repository's tracked files (what a fresh clone has), copied to ``dest``."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for rel in filter(None, files.decode().split("\0")):
+    """The repository's tracked files (what a fresh clone has), copied to ``dest``; without
+    git, the tree less what the build and the tests leave in it."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True)
+    if listed.returncode != 0:
+        shutil.copytree(REPO_ROOT, dest, ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".tools", "build", "data", "node_modules", "__pycache__", "*.so", "*.egg-info"))
+        return dest
+    for rel in filter(None, listed.stdout.decode().split("\0")):
         src = REPO_ROOT / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
