@@ -47,6 +47,9 @@ _MIN_READ = 64 * 1024
 _SHRINK_ABOVE = 8 * 1024 * 1024
 # responses of pipelined requests written together, at most this many chunks at a time
 _COALESCE_CHUNKS = 64
+# file slices up to this size are read and sent with the response's bytes, larger ones
+# go with sendfile
+_INLINE_SLICE = 16 * 1024
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -305,6 +308,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if isinstance(chunk, (bytes, bytearray, memoryview)):
                 if chunk:
                     run.append(chunk)
+                continue
+            if len(chunk) <= _INLINE_SLICE:
+                # small records (a long poll woken by one batch): read from the page
+                # cache and sent with the bytes around them, one send instead of two
+                data = chunk.read()
+                if len(data) != len(chunk):
+                    log.error("file slice shorter than announced for %s; closing", self._peer)
+                    self.close()
+                    return
+                run.append(data)
                 continue
             if run:
                 self._write_run(transport, run)

@@ -104,9 +104,9 @@ def test_responses_before_an_asynchronous_request_go_first():
 
 
 def test_a_file_slice_keeps_its_place_between_bytes_chunks():
-    class Slice:
+    class Slice:  # a large one: sendfile
         def __len__(self):
-            return 3
+            return 1 << 20
 
     class Conn(KafkaConnection):  # the sendfile path recorded instead of run
         def _write_file_slice(self, fs):
@@ -117,3 +117,18 @@ def test_a_file_slice_keeps_its_place_between_bytes_chunks():
     conn.connection_made(t)
     conn.write_chunks([b"h1", b"h2", Slice(), b"t1"])
     assert t.calls == [("writelines", [b"h1", b"h2"]), ("slice", [b"<file>"]), ("write", [b"t1"])]
+
+
+def test_a_small_file_slice_goes_in_the_same_send(tmp_path):
+    from storage.file_slice import FileSlice
+
+    f = open(tmp_path / "seg", "w+b")
+    f.write(b"0123456789")
+    f.flush()
+    conn, t = connect(Dispatcher())
+    conn.write_chunks([b"hdr", FileSlice(f, 2, 5), b"tail"])
+    assert t.calls == [("writelines", [b"hdr", b"23456", b"tail"])]
+    # a slice the file no longer holds (truncated underneath): the connection closes
+    conn.write_chunks([b"hdr", FileSlice(f, 8, 5)])
+    assert conn._closed
+    f.close()
