@@ -12,10 +12,11 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   produce of ``--records`` records of 100 B (linger.ms=5), then one consumer assigned to
   every partition reads them all back. Reports records/s and broker CPU per record for
   both phases, and the broker's RSS after them.
-* ``latency``: end-to-end latency at a fixed offered rate. A producer (acks=all,
-  linger.ms=0) sends ``--rate`` records/s for ``--seconds`` with its send time in the
-  value; a consumer long-polls (fetch.wait.max.ms=100) and records receive - send.
-  Reports p50/p99/p99.9 and the broker CPU per record.
+* ``latency`` and ``latency-high``: end-to-end latency at a fixed offered rate
+  (``--rate``, 2,000 records/s, and ``--high-rate``, 20,000). A producer process
+  (acks=all, linger.ms=0) sends for ``--seconds`` with its send time in the value; the
+  consumer, in this process, long-polls (fetch.wait.max.ms=100, poll) and records
+  receive - send. Reports p50/p99/p99.9 and the broker CPU per record.
 
     .venv/bin/python bench/shapes.py                         # every shape, both brokers
     .venv/bin/python bench/shapes.py --shapes small --brokers chronolog
@@ -50,7 +51,7 @@ except ImportError:
     from throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log, process_tree_cpu_seconds,
                             process_tree_rss_mb, start_broker, stop_broker, wait_ready)
 
-SHAPES = ("small", "partitions", "latency")
+SHAPES = ("small", "partitions", "latency", "latency-high")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
@@ -152,44 +153,73 @@ def shape_partitions(bp, args) -> dict:
 
 
 # ----------------------------------------------------------------------------- latency
-def shape_latency(bp, args) -> dict:
+def _latency_producer(bootstrap: str, topic: str, rate: float, seconds: float, out) -> None:
+    """Its own process (the consumer's wait must not delay sends): ``rate`` records/s,
+    each carrying its send time."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    n = int(rate * seconds)
+    start = time.time()
+    sent = 0
+    while sent < n:
+        due = min(n, int((time.time() - start) * rate) + 1)
+        while sent < due:
+            while True:
+                try:
+                    p.produce(topic, value=repr(time.time()).encode())
+                    break
+                except BufferError:
+                    p.poll(0.001)
+            sent += 1
+        p.poll(0)
+        wait = start + sent / rate - time.time()
+        if wait > 0:
+            time.sleep(min(wait, 0.001))
+    out.put(p.flush(30))
+
+
+def _latency(bp, args, rate: float) -> dict:
     topic = f"lat-{uuid.uuid4().hex[:6]}"
     create_topic(bp.bootstrap, topic, 1)
     c = Consumer({"bootstrap.servers": bp.bootstrap, "group.id": "bench-" + topic, "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
     c.assign([TopicPartition(topic, 0, 0)])
-    c.consume(1, 1.0)  # connected and fetching before the clock starts
-    p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 0, "acks": "all"})
-    n = int(args.rate * args.seconds)
+    c.poll(1.0)  # connected and fetching before the clock starts
+    n = int(rate * args.seconds)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
     lat: list[float] = []
     cpu0 = process_tree_cpu_seconds(bp.proc.pid)
-    start = time.perf_counter()
-    sent = 0
-    while sent < n or len(lat) < n:
-        now = time.perf_counter()
-        due = min(n, int((now - start) * args.rate) + 1)
-        while sent < due:
-            p.produce(topic, value=repr(time.perf_counter()).encode())
-            sent += 1
-        p.poll(0)
-        for m in c.consume(1000, 0.0005):
-            if m.error() is None:
-                lat.append(time.perf_counter() - float(m.value()))
-        if time.perf_counter() - start > args.seconds + 60:
-            raise BenchError(f"received {len(lat)} of {n}")
+    producer = ctx.Process(target=_latency_producer, args=(bp.bootstrap, topic, rate, args.seconds, q))
+    producer.start()
+    deadline = time.time() + args.seconds + 60
+    while len(lat) < n and time.time() < deadline:
+        m = c.poll(0.1)
+        if m is not None and m.error() is None:
+            lat.append(time.time() - float(m.value()))
     cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
-    p.flush(10)
+    producer.join(60)
     c.close()
+    if len(lat) < n or q.get(timeout=10):
+        raise BenchError(f"received {len(lat)} of {n}")
     lat.sort()
 
-    def pct(q):
-        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+    def pct(x):
+        return lat[min(len(lat) - 1, int(x * len(lat)))] * 1000
 
-    return {"rate": args.rate, "records": n, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
+    return {"rate": rate, "records": n, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
             "cpu_us_per_record": cpu / n * 1e6}
 
 
-RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shape_latency}
+def shape_latency(bp, args) -> dict:
+    return _latency(bp, args, args.rate)
+
+
+def shape_latency_high(bp, args) -> dict:
+    return _latency(bp, args, args.high_rate)
+
+
+RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shape_latency,
+           "latency-high": shape_latency_high}
 COLUMNS = {
     "small": [("records_per_s", "records/s", "{:,.0f}"), ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
     "partitions": [("produce_records_per_s", "produce rec/s", "{:,.0f}"),
@@ -199,6 +229,7 @@ COLUMNS = {
     "latency": [("p50_ms", "p50 ms", "{:.2f}"), ("p99_ms", "p99 ms", "{:.2f}"), ("p999_ms", "p99.9 ms", "{:.2f}"),
                 ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
 }
+COLUMNS["latency-high"] = COLUMNS["latency"]
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -232,6 +263,7 @@ def main(argv=None) -> int:
                     help="small: records per producer (15000); partitions: records (200000)")
     ap.add_argument("--partitions", type=int, default=500, help="partitions: partitions (500)")
     ap.add_argument("--rate", type=float, default=2000, help="latency: records/s offered (2000)")
+    ap.add_argument("--high-rate", type=float, default=20000, help="latency-high: records/s offered (20000)")
     ap.add_argument("--seconds", type=float, default=10, help="latency: seconds per run (10)")
     ap.add_argument("--chronolog-cmd", default=default_chronolog_cmd())
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
