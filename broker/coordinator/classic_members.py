@@ -132,7 +132,7 @@ class ClassicMembers:
             refuse("the group size exceeds the consumer group maximum size",
                    f"{len(old.members)} members, group.consumer.max.size={self.groups.max_size}")
         new = ConsumerGroup(gid, self.groups._now())
-        new.offsets, new.pending_txn_offsets = old.offsets, old.pending_txn_offsets
+        new.adopt_offsets(old)
         new.group_epoch = new.assignment_epoch = old.generation_id
         for m in old.members.values():
             meta = m.metadata(old.protocol_name) if old.protocol_name else (m.protocols[0][1] if m.protocols else b"")
@@ -213,7 +213,7 @@ class ClassicMembers:
                                                  self._names(g, g.target.get(cm.member_id, {})))
         for m in g.members.values():
             gs._cancel_timers(m)
-        new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+        new.adopt_offsets(g)
         gs._write(gid, gs.group_tombstones(g))
         g.state = "Dead"
         new.transition(STABLE, gs._now())
@@ -308,11 +308,7 @@ class ClassicMembers:
             g.members[member_id] = member
             log.info("member %s joined consumer group %s with the classic protocol", member_id, gid)
 
-        def described(m):
-            return (list(m.subscribed_topic_names), m.subscribed_topic_regex, m.server_assignor, m.rack_id,
-                    m.instance_id, m.rebalance_timeout_ms, m.client_id, m.client_host, m.classic)
-
-        before = described(member)
+        before = gs._described(member)
         if rack is not None:
             member.rack_id = rack
         member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -320,29 +316,9 @@ class ClassicMembers:
         member.subscribed_topic_names = sorted(set(topics))
         member.client_id, member.client_host = client_id, client_host
         member.classic = ClassicMetadata(session_timeout_ms, [(n, bytes(m or b"")) for n, m in protocols])
-        after = described(member)
-        bump = new_member or before[:4] != after[:4]
-        if new_member or before != after:
-            records.append(gs._member_record(g, member))
-        metadata = gs._subscription_metadata(g)
-        if metadata != g.subscription_metadata:
-            g.subscription_metadata = metadata
-            bump = True
-        if bump:
-            g.group_epoch += 1
-            records.append(gs._epoch_record(g))
-            log.info("consumer group %s: group epoch %d", gid, g.group_epoch)
-        if g.group_epoch > g.assignment_epoch:
-            records += gs._new_target(g)
-        previous = (member.member_epoch, member.state, {t: set(p) for t, p in member.assigned.items()},
-                    {t: set(p) for t, p in member.pending_revocation.items()})
-        gs._reconcile(g, member, self._ids(owned))
-        if (member.member_epoch, member.state, member.assigned, member.pending_revocation) != previous or new_member:
-            records.append(gs._current_record(g, member))
-        gs._write(gid, records)
-        self._cancel(member, "join_timer")
+        gs._apply(g, member, new_member, before, records, self._ids(owned))
+        gs._cancel_timers(member, "join_timer", "sync_timer")
         gs._schedule(g, member)
-        self._cancel(member, "sync_timer")
         member.sync_timer = self.coord.scheduler.call_later(
             member.rebalance_timeout_ms,
             lambda: self._expired(g, member_id, "sync_timer", "the member failed to sync within its rebalance "
@@ -408,7 +384,7 @@ class ClassicMembers:
         except CoordinatorError as exc:
             log.debug("SyncGroup of member %r of consumer group %s: %s", member_id, g.group_id, exc)
             return SyncResult(exc.code)
-        self._cancel(m, "sync_timer")
+        self.groups._cancel_timers(m, "sync_timer")
         self.groups._schedule(g, m)
         assignment = CP.encode_assignment(CP.version_of(m.classic.subscription), self._names(g, m.assigned))
         return SyncResult(0, protocol_type, protocol_name, assignment)
@@ -454,17 +430,11 @@ class ClassicMembers:
             results.append((mid, iid, 0))
             left += 1
         if left:
-            self.groups._bump(g)
+            g.subscription_metadata = self.groups._subscription_metadata(g)
+            self.groups._write(g.group_id, [self.groups._bump_epoch(g)])
         return 0, results
 
     # -- timers --------------------------------------------------------------------------
-    @staticmethod
-    def _cancel(m: ConsumerMember, which: str) -> None:
-        timer = getattr(m, which)
-        if timer is not None:
-            timer.cancel()
-            setattr(m, which, None)
-
     def _schedule_join(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if m.join_timer is None:
             mid = m.member_id

@@ -444,7 +444,7 @@ class ConsumerGroups:
                 return self.classic.upgrade(g)
             # an empty classic group (offsets only) becomes a consumer group, keeping them
             new = ConsumerGroup(group_id, self._now())
-            new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+            new.adopt_offsets(g)
             coord.retire(g)
             coord.store.write_group(group_id, None)
             coord.groups[group_id] = new
@@ -496,8 +496,7 @@ class ConsumerGroups:
             log.info("member %s joined consumer group %s", member_id, group_id)
         elif member_epoch != 0:
             self._check_epoch(member, member_epoch, owned)
-        before = (list(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor,
-                  member.rack_id, member.instance_id, member.rebalance_timeout_ms, member.client_id, member.client_host)
+        before = self._described(member)
         if instance_id is not None:
             member.instance_id = instance_id
         if rack_id is not None:
@@ -512,8 +511,29 @@ class ConsumerGroups:
             old_regex, member.subscribed_topic_regex = member.subscribed_topic_regex, regex or None
             self._forget_unused_regex(g, old_regex)
         member.client_id, member.client_host = client_id, client_host
-        after = (list(member.subscribed_topic_names), member.subscribed_topic_regex, member.server_assignor,
-                 member.rack_id, member.instance_id, member.rebalance_timeout_ms, member.client_id, member.client_host)
+        before_assigned = self._apply(g, member, new_member, before, records,
+                                      None if owned is None else {tp.topic_id: set(tp.partitions) for tp in owned})
+        self._schedule(g, member)
+        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and (names is not None or regex is not None)
+                                     and owned is not None)
+        assignment = dict(member.assigned) if full or member.assigned != before_assigned else None
+        return 0, None, member_id, member.member_epoch, self._heartbeat_interval(group_id), assignment
+
+    @staticmethod
+    def _described(m: ConsumerMember) -> tuple:
+        """What a member's metadata record holds; its first four items, changed, change
+        the group's assignment (a new group epoch)."""
+        return (list(m.subscribed_topic_names), m.subscribed_topic_regex, m.server_assignor, m.rack_id,
+                m.instance_id, m.rebalance_timeout_ms, m.client_id, m.client_host, m.classic)
+
+    def _apply(self, g: ConsumerGroup, member: ConsumerMember, new_member: bool, before: tuple, records: list,
+               owned_map: dict | None) -> dict:
+        """After a heartbeat or a classic JoinGroup updated ``member`` (``before``: its
+        :meth:`_described` until then): the member record, a new group epoch when its
+        subscription or the subscribed topics changed, the target assignment of that
+        epoch, the member reconciled toward it; all written with ``records``. Returns the
+        member's assigned partitions before the reconciliation."""
+        after = self._described(member)
         bump = new_member or before[:4] != after[:4]
         if new_member or before != after:
             records.append(self._member_record(g, member))
@@ -522,22 +542,16 @@ class ConsumerGroups:
             g.subscription_metadata = metadata
             bump = True
         if bump:
-            g.group_epoch += 1
-            records.append(self._epoch_record(g))
-            log.info("consumer group %s: group epoch %d", group_id, g.group_epoch)
+            records.append(self._bump_epoch(g))
         if g.group_epoch > g.assignment_epoch:
             records += self._new_target(g)
         previous = (member.member_epoch, member.state, {t: set(p) for t, p in member.assigned.items()},
                     {t: set(p) for t, p in member.pending_revocation.items()})
-        self._reconcile(g, member, None if owned is None else {tp.topic_id: set(tp.partitions) for tp in owned})
+        self._reconcile(g, member, owned_map)
         if (member.member_epoch, member.state, member.assigned, member.pending_revocation) != previous or new_member:
             records.append(self._current_record(g, member))
-        self._write(group_id, records)
-        self._schedule(g, member)
-        full = member_epoch == 0 or (rebalance_timeout_ms != -1 and (names is not None or regex is not None)
-                                     and owned is not None)
-        assignment = dict(member.assigned) if full or member.assigned != previous[2] else None
-        return 0, None, member_id, member.member_epoch, self._heartbeat_interval(group_id), assignment
+        self._write(g.group_id, records)
+        return previous[2]
 
     @staticmethod
     def _check_epoch(member: ConsumerMember, received: int, owned) -> None:
@@ -649,18 +663,19 @@ class ConsumerGroups:
         self._remove(g, m, write=True, bump=True)
 
     @staticmethod
-    def _cancel_timers(m: ConsumerMember) -> None:
-        for name in ("session_timer", "rebalance_timer", "join_timer", "sync_timer"):
+    def _cancel_timers(m: ConsumerMember, *names: str) -> None:
+        """Cancel the member's timers named (all of them when none is)."""
+        for name in names or ("session_timer", "rebalance_timer", "join_timer", "sync_timer"):
             timer = getattr(m, name)
             if timer is not None:
                 timer.cancel()
                 setattr(m, name, None)
 
-    def _bump(self, g: ConsumerGroup) -> None:
-        g.subscription_metadata = self._subscription_metadata(g)
+    def _bump_epoch(self, g: ConsumerGroup):
+        """A new group epoch; its record, to write."""
         g.group_epoch += 1
-        self._write(g.group_id, [self._epoch_record(g)])
         log.info("consumer group %s: group epoch %d", g.group_id, g.group_epoch)
+        return self._epoch_record(g)
 
     def _remove(self, g: ConsumerGroup, m: ConsumerMember, *, write: bool, bump: bool) -> None:
         self._cancel_timers(m)
@@ -670,9 +685,7 @@ class ConsumerGroups:
         records = self._member_tombstones(g, m.member_id)
         if bump:
             g.subscription_metadata = self._subscription_metadata(g)
-            g.group_epoch += 1
-            records.append(self._epoch_record(g))
-            log.info("consumer group %s: group epoch %d", g.group_id, g.group_epoch)
+            records.append(self._bump_epoch(g))
         if write:
             self._write(g.group_id, records)
 
@@ -759,7 +772,7 @@ class ConsumerGroups:
                     del coord.groups[group_id]
                 else:  # its offsets stay, as an empty classic group's
                     plain = ClassicGroup(group_id, self._now())
-                    plain.offsets, plain.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+                    plain.adopt_offsets(g)
                     coord.groups[group_id] = plain
             elif version == CR.MEMBER_METADATA:
                 g.members.pop(member_id, None)
@@ -769,7 +782,7 @@ class ConsumerGroups:
         if not isinstance(g, ConsumerGroup):
             new = ConsumerGroup(group_id, self._now())
             if g is not None:
-                new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+                new.adopt_offsets(g)
             coord.groups[group_id] = g = new
         if version == CR.GROUP_METADATA:
             g.group_epoch = value.epoch

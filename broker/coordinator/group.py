@@ -153,6 +153,11 @@ class ClassicGroup:
         self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetEntry | None]] = {}
         self.empty_since_ms = now_ms  # for offsets.retention.minutes
 
+    def adopt_offsets(self, other: "ClassicGroup") -> None:
+        """Take over the committed and pending transactional offsets of the group this
+        one replaces (a group changing kind keeps them)."""
+        self.offsets, self.pending_txn_offsets = other.offsets, other.pending_txn_offsets
+
     def transition(self, state: str, now_ms: int) -> None:
         self.state = state
         self.state_timestamp = now_ms
@@ -391,7 +396,7 @@ class GroupCoordinator:
         self._write_group_tombstones(g)
         g.state = DEAD
         new = ClassicGroup(g.group_id, self._now())
-        new.offsets, new.pending_txn_offsets = g.offsets, g.pending_txn_offsets
+        new.adopt_offsets(g)
         self.groups[g.group_id] = new
         log.info("empty consumer group %s becomes a classic group", g.group_id)
         return new

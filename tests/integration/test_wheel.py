@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO_ROOT, Rec, produce_kp
+from tests.integration.helpers import REPO_ROOT, Rec, free_port, produce_kp
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -95,15 +95,9 @@ def test_the_wheel_installs_two_top_level_names(fresh_venv):
     assert out.stdout.split("\n")[:2] == ["chronolog.protocol.messages", "[]"], out.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_installed_command_serves_and_pyspark_finds_the_source(fresh_venv):
     venv, purelib, tmp = fresh_venv
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     log = open(tmp / "broker.log", "w")
     proc = subprocess.Popen([str(venv / "bin" / "chronolog"), "serve", "--override",
