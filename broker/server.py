@@ -474,6 +474,11 @@ def _shutdown_overdue(timeout_ms: int) -> None:
 def run(config) -> int:
     # Before any thread exists (threads inherit the mask): see serve().
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    from storage.open_files import raise_nofile_limit
+
+    before, after = raise_nofile_limit()  # as the JVM does for Kafka (MaxFDLimit)
+    if after != before:
+        log.info("open-files limit raised from %d to %d (the hard limit)", before, after)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a hard dependency

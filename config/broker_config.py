@@ -355,6 +355,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # log
     ConfigKey("log.dirs", T.LIST, ["./data"], validate_non_empty_list),  # chronolog: Kafka null
     ConfigKey("log.dir", T.STRING, None, None),  # chronolog: Kafka /tmp/kafka-logs
+    ConfigKey("log.open.files.max", T.INT, -1, Range.at_least(-1),  # chronolog only
+              "The most segment files (.log descriptors and index maps) held open at once; the least "
+              "recently used are closed and reopened on demand. -1: three quarters of the open-files "
+              "limit."),
     ConfigKey("log.segment.bytes", T.INT, DEFAULT_SEGMENT_BYTES, Range.at_least(RECORD_OVERHEAD_V0)),
     ConfigKey("log.roll.ms", T.LONG, None, None),
     ConfigKey("log.roll.hours", T.INT, 24 * 7, Range.at_least(1)),

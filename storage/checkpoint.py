@@ -153,6 +153,38 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
+def sync_filesystem(path: str) -> None:
+    """Make every write to the filesystem holding ``path`` durable: one syncfs(2) (Linux)
+    instead of an fsync per file, or sync(2) where syncfs is not available. A clean
+    shutdown of 10,000 partitions writes 10,000 producer-state snapshots and has 30,000
+    files to flush; one call waits for all of them."""
+    global _syncfs
+    if _syncfs is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _syncfs = libc.syncfs
+            _syncfs.argtypes = [ctypes.c_int]
+        except (OSError, AttributeError):  # pragma: no cover - not Linux / no syncfs
+            _syncfs = False
+    if not _syncfs:  # pragma: no cover
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs(fd) != 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+_syncfs = None
+
+
 def fsync_dir(path: str) -> None:
     dfd = os.open(path, os.O_RDONLY)
     try:

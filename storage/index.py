@@ -30,6 +30,7 @@ import os
 import struct
 
 from storage.errors import StorageError
+from storage.open_files import OPEN_FILES
 
 __all__ = [
     "AbstractIndex",
@@ -66,13 +67,16 @@ class AbstractIndex:
     _VALUE_STRUCT: struct.Struct  # the value field
     _VALUE_OFFSET: int = 0
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True):
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 exists: bool | None = None):
+        """``exists``: whether the file is there, when the caller knows (None: look)."""
         self.path = os.fspath(path)
         self.base_offset = int(base_offset)
         self.max_index_size = int(max_index_size)
         self.writable = writable
-        self._mm: mmap.mmap | None = None
-        newly_created = not os.path.exists(self.path)
+        self._map_obj: mmap.mmap | None = None  # None when empty or released by the LRU
+        self._written = False  # entries written since the last flush()
+        newly_created = not (os.path.exists(self.path) if exists is None else exists)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
         fd = os.open(self.path, flags, 0o644)
         try:
@@ -93,26 +97,54 @@ class AbstractIndex:
         self.entries = 0 if newly_created else length // self.ENTRY_SIZE
 
     # ------------------------------------------------------------------ mapping
-    def _map(self, fd: int, length: int) -> None:
+    def _map(self, fd: int, length: int, reopen: bool = False) -> None:
         if length == 0:
-            self._mm = None
-        elif self.writable:
-            self._mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._map_obj = None
+            return
+        if self.writable:
+            mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         else:
-            self._mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ)
-        if self._mm is not None and hasattr(mmap, "MADV_RANDOM"):
+            mm = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ)
+        if hasattr(mmap, "MADV_RANDOM"):
             # Index access is binary search plus appends at the tail. Without this the
             # kernel's readahead answers each first touch of the sparse preallocated file
             # by zero-filling a large folio of holes (measured: ~14% of the broker's CPU
             # under produce load).
-            self._mm.madvise(mmap.MADV_RANDOM)
+            mm.madvise(mmap.MADV_RANDOM)
+        self._map_obj = mm
+        # a map holds a descriptor of its own (CPython dups it): one of the bounded handles
+        OPEN_FILES.opened(self, reopen)
+
+    @property
+    def _mm(self) -> mmap.mmap | None:
+        """The mapping, mapped again by path if the LRU released it."""
+        mm = self._map_obj
+        if mm is not None:
+            OPEN_FILES.touch(self)
+            return mm
+        if self.length == 0:
+            return None
+        fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+        try:
+            self._map(fd, self.length, reopen=True)
+        finally:
+            os.close(fd)
+        return self._map_obj
+
+    def _release(self) -> None:
+        """Unmap, keep the file usable (the LRU's eviction). MAP_SHARED: what was written
+        through the map is in the page cache already."""
+        mm, self._map_obj = self._map_obj, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # pragma: no cover - a view of it is alive: keep it mapped
+                self._map_obj = mm
 
     def _unmap(self) -> None:
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            finally:
-                self._mm = None
+        if self._map_obj is not None:
+            OPEN_FILES.closed(self)
+            self._release()
 
     # ------------------------------------------------------------------ state
     def is_full(self) -> bool:
@@ -193,9 +225,10 @@ class AbstractIndex:
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.ftruncate(fd, rounded)
-            self._map(fd, rounded)
         finally:
             os.close(fd)
+        # mapped again on its next use (_mm): a broker start resizes every active
+        # segment's indexes, most of which are not used before their next append
         self.length = rounded
         self.max_entries = rounded // self.ENTRY_SIZE
         if self.entries > self.max_entries:
@@ -211,9 +244,17 @@ class AbstractIndex:
         self.resize(self.max_index_size)
 
     def flush(self) -> None:
-        """Force the mapped pages to disk (msync)."""
-        if self._mm is not None:
-            self._mm.flush()
+        """Force the entries written since the last flush to disk: msync, or fdatasync
+        when the LRU has unmapped the index meanwhile (its pages are in the page cache)."""
+        if self._map_obj is not None:
+            self._map_obj.flush()
+        elif self._written:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        self._written = False
 
     def close(self) -> None:
         """Trim the file to its entries and unmap it."""

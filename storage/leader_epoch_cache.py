@@ -73,7 +73,28 @@ class LeaderEpochCache:
             logger.warning("%s is malformed (%s); leader epochs start again", self.path, exc)
             return []
 
+    def load(self, end_offset: int, start_offset: int, epoch: int | None) -> None:
+        """Start-up (Kafka's LogLoader, then makeLeader): truncate_from_end(end_offset),
+        truncate_from_start(start_offset), assign(epoch, end_offset); the file is written
+        once, and only when that changed its entries (a restart of 10,000 unchanged
+        partitions writes nothing)."""
+        before = list(self.entries)
+        self._hold = True
+        try:
+            self.truncate_from_end(end_offset)
+            self.truncate_from_start(start_offset)
+            if epoch is not None:
+                self.assign(epoch, end_offset)
+        finally:
+            self._hold = False
+        if self.entries != before:
+            self._write()
+
+    _hold = False  # load(): the entries change in memory, the file once at the end
+
     def _write(self) -> None:
+        if self._hold:
+            return
         body = [str(_VERSION), str(len(self.entries)), *(f"{e} {s}" for e, s in self.entries)]
         atomic_write(self.path, ("\n".join(body) + "\n").encode("utf-8"))
 

@@ -127,7 +127,7 @@ class Log:
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
                  log_start_offset: int | None = None, had_clean_shutdown: bool = False,
                  producer_id_expiration_ms: int | None = None, leader_epoch: int | None = None,
-                 topic_id=None):
+                 topic_id=None, topic_id_recorded: bool = False):
         self.dir = os.fspath(dir_path)
         # the broker's producer.id.expiration.ms (a dynamic broker config; LogManager sets it)
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -146,11 +146,15 @@ class Log:
         self._bases: list[int] = []
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        os.makedirs(self.dir, exist_ok=True)
+        self._listing: set[str] | None = None  # the directory's files while _load opens segments
+        self._load_names: list[str] | None = None
         # the topic id this directory belongs to (partition.metadata, KIP-516); the log
-        # manager has already set aside a directory recorded with another id
+        # manager has already set aside a directory recorded with another id, and says
+        # (topic_id_recorded) when it read this one's file and found the id there
         self.topic_id = topic_id
-        if topic_id is not None and partition_metadata.read(self.dir) != topic_id:
+        if not topic_id_recorded:
+            os.makedirs(self.dir, exist_ok=True)
+        if topic_id is not None and not topic_id_recorded and partition_metadata.read(self.dir) != topic_id:
             partition_metadata.write(self.dir, topic_id)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments
@@ -161,14 +165,12 @@ class Log:
         # leader epochs (storage.leader_epoch_cache): those past the recovered end go, the
         # current one begins at the log end if it is new (Kafka's makeLeader)
         self._epochs = LeaderEpochCache(self.dir)
-        self._epochs.truncate_from_end(self._leo)
-        self._epochs.truncate_from_start(self._log_start_offset)
-        if leader_epoch is not None:
-            self._epochs.assign(leader_epoch, self._leo)
+        self._epochs.load(self._leo, self._log_start_offset, leader_epoch)
         try:
             self._producer_state = ProducerStateManager(
                 self.dir, topic_partition=f"{self.topic}-{self.partition}",
-                expiration_ms=self._producer_id_expiration_ms())
+                expiration_ms=self._producer_id_expiration_ms(), listing=self._load_names)
+            self._load_names = None
             self._producer_state.remove_stray_snapshots(self._bases)
             if self._first_recovered_base is not None:
                 # recovered segments are replayed whole, so that their ongoing transactions
@@ -187,12 +189,16 @@ class Log:
 
     # ------------------------------------------------------------------ loading
     def _open_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng)
+        return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng,
+                               existing=self._listing)
 
-    def _complete_swaps(self) -> None:
+    def _complete_swaps(self) -> list[str] | None:
         """Kafka's LogLoader passes over a crash in the middle of a clean (see the module
-        docstring): roll back what had not reached ``.swap``, complete what had."""
+        docstring): roll back what had not reached ``.swap``, complete what had. Returns
+        the directory's listing when nothing was there to do (None after a change)."""
         names = os.listdir(self.dir)
+        if not any(_TEMP_FILE.match(name) or name.endswith(_TEMP_SUFFIXES) for name in names):
+            return names
         cleaned_min = None
         swaps: dict[int, list[str]] = {}
         for name in names:
@@ -245,8 +251,12 @@ class Log:
         fsync_dir(self.dir)
 
     def _load(self, recovery_point: int, clean: bool) -> None:
-        self._complete_swaps()
-        names = os.listdir(self.dir)
+        names = self._complete_swaps()
+        if names is None:
+            names = os.listdir(self.dir)
+        self._listing = set(names)  # _open_segment: which files exist, without a stat each
+        # the producer state's snapshot list (a recovery may change the files)
+        self._load_names = names if clean else None
         logs: list[int] = []
         others: list[tuple[int, str]] = []
         for name in names:
@@ -273,6 +283,7 @@ class Log:
                 self._segments.append(self._open_segment(base))
             if not self._segments:
                 self._segments.append(self._open_segment(0))
+            self._listing = None
             self._bases = [s.base_offset for s in self._segments]
             self._check_segments(recovery_point, clean)
         except BaseException:
@@ -1034,14 +1045,16 @@ class Log:
             return True
         return False
 
-    def close(self) -> None:
-        """Clean close: final time-index entries, indexes trimmed, files closed."""
+    def close(self, sync: bool = True) -> None:
+        """Clean close: final time-index entries, indexes trimmed, files closed.
+        ``sync=False``: the snapshot is not fsynced; the caller syncs the filesystem and
+        then calls :meth:`closed_durably` (LogManager.shutdown)."""
         if self._closed:
             return
         try:
             # a snapshot at the log end: the next start reads it and scans nothing
             self._producer_state.map_end_offset = self._leo
-            self._producer_state.take_snapshot()
+            self._producer_state.take_snapshot(sync=sync)
         except OSError as e:
             logger.error("%s-%d: could not write the producer state snapshot at close: %s",
                          self.topic, self.partition, e)
@@ -1049,6 +1062,12 @@ class Log:
         for seg in self._segments:
             seg.close()
         self._delete_pending_now()
+
+    def closed_durably(self) -> None:
+        """After close(sync=False), the caller has synced the filesystem: everything up to
+        the log end is on disk (what flush() then close() would have recorded)."""
+        self._producer_state.mark_synced()
+        self.recovery_point = max(self.recovery_point, self._leo)
 
     def _delete_pending_now(self) -> None:
         pending, self._pending_deletes = self._pending_deletes, []

@@ -59,10 +59,12 @@ from storage.checkpoint import (
     CheckpointError,
     atomic_write,
     fsync_dir,
+    sync_filesystem,
     read_checkpoint,
     write_checkpoint,
 )
 from storage import partition_metadata
+from storage.open_files import OPEN_FILES
 from storage.log import Log, parse_topic_partition_dir
 
 __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
@@ -197,6 +199,8 @@ class LogManager:
 
     def startup(self) -> None:
         self.lock_dirs()
+        cap = getattr(self.broker_config, "log_open_files_max", None)
+        OPEN_FILES.configure(-1 if cap is None else int(cap))
         self.load_dynamic_broker_configs()  # before any topic config is resolved
         started = time.perf_counter()
         clean: dict[str, bool] = {}
@@ -214,10 +218,10 @@ class LogManager:
         meta = self._read_metadata()
         found: dict[tuple[str, int], str] = {}
         for d in self.log_dirs:
-            for name in sorted(os.listdir(d)):
+            with os.scandir(d) as it:  # scandir: the entry type without a stat per directory
+                dirs = sorted(e.name for e in it if e.is_dir())
+            for name in dirs:
                 path = os.path.join(d, name)
-                if not os.path.isdir(path):
-                    continue
                 if _DELETE_DIR.match(name):
                     logger.info("removing partition directory left by an interrupted delete: %s", path)
                     shutil.rmtree(path, ignore_errors=True)
@@ -239,8 +243,9 @@ class LogManager:
             self._topics[name] = info
             for p in range(info.num_partitions):
                 path = found.pop((name, p), None)
+                recorded = False
                 if path is not None:
-                    path = self._set_aside_if_stray(path, info)
+                    path, recorded = self._set_aside_if_stray(path, info)
                 if path is None:
                     path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                     logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
@@ -251,7 +256,7 @@ class LogManager:
                     log_start_offset=start_offsets.get(d, {}).get((name, p)),
                     had_clean_shutdown=clean.get(d, False),
                     producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
-                    topic_id=info.topic_id)
+                    topic_id=info.topic_id, topic_id_recorded=recorded)
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
@@ -277,15 +282,29 @@ class LogManager:
         each log dir whose logs all closed without error."""
         errors = []
         failed_dirs = set()
+        closing = []
         for log in self._logs.values():
             try:
                 if not log.closed:
-                    log.flush()
-                    log.close()
+                    # no fsync per file: one filesystem sync below covers them all
+                    log.close(sync=False)
+                    closing.append(log)
             except Exception as e:  # pragma: no cover - keep closing the others
                 logger.exception("error closing %r", log)
                 errors.append(e)
                 failed_dirs.add(self._dir_of(log))
+        synced = set()
+        for d in self.log_dirs:
+            try:
+                sync_filesystem(d)
+                synced.add(d)
+            except OSError as e:  # pragma: no cover - disk failure
+                logger.error("could not sync the log dir %s: %s", d, e)
+                errors.append(e)
+                failed_dirs.add(d)
+        for log in closing:
+            if self._dir_of(log) in synced:
+                log.closed_durably()
         try:
             self.checkpoint_recovery_points(include_closed=True)
             self.checkpoint_log_start_offsets(include_closed=True)
@@ -309,25 +328,26 @@ class LogManager:
             raise errors[0]
 
     # ------------------------------------------------------------------ topics
-    def _set_aside_if_stray(self, path: str, info: TopicInfo) -> str | None:
+    def _set_aside_if_stray(self, path: str, info: TopicInfo) -> tuple[str | None, bool]:
         """A partition directory whose ``partition.metadata`` names another topic id holds
         an earlier topic of the same name (deleted, then created again): it is renamed
         ``<dir>.<its id>-stray`` and kept, never served under the new topic (Kafka's stray
-        replicas, KIP-858, which Kafka then deletes). Returns the path to load, or None."""
+        replicas, KIP-858, which Kafka then deletes). Returns the path to load, or None, and
+        whether the directory records the topic's id already."""
         try:
             recorded = partition_metadata.read(path)
         except partition_metadata.PartitionMetadataError as exc:
             logger.warning("%s; rewriting it with topic id %s", exc, partition_metadata.kafka_uuid(info.topic_id))
-            return path
+            return path, False
         if recorded is None or recorded == info.topic_id:
-            return path
+            return path, recorded is not None
         stray = f"{path}.{recorded.hex}-stray"
         logger.warning("partition directory %s belongs to topic id %s, not %s's current id %s: renamed %s and "
                        "not loaded", path, partition_metadata.kafka_uuid(recorded), info.name,
                        partition_metadata.kafka_uuid(info.topic_id), stray)
         os.rename(path, stray)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
-        return None
+        return None, False
 
     def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)

@@ -35,8 +35,9 @@ class OffsetIndex(AbstractIndex):
     _VALUE_STRUCT = struct.Struct(">i")
     _VALUE_OFFSET = 4
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True):
-        super().__init__(path, base_offset, max_index_size, writable)
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 exists: bool | None = None):
+        super().__init__(path, base_offset, max_index_size, writable, exists)
         self._last_offset = self._last_entry().offset
 
     # searches compare relative offsets; callers speak absolute offsets
@@ -82,6 +83,7 @@ class OffsetIndex(AbstractIndex):
                 f"attempt to append offset {offset} to slot {self.entries} of {self.path}, "
                 f"not larger than the last offset {self._last_offset}")
         self._STRUCT.pack_into(self._mm, self.entries * 8, self.relative_offset(offset), position)
+        self._written = True
         self.entries += 1
         self._last_offset = offset
 
@@ -102,8 +104,9 @@ class OffsetIndex(AbstractIndex):
         self._last_offset = self._last_entry().offset
 
     def resize(self, new_size: int) -> bool:
+        entries = self.entries
         changed = super().resize(new_size)
-        if changed:
+        if changed and self.entries != entries:  # growing keeps the last entry (and the index unmapped)
             self._last_offset = self._last_entry().offset
         return changed
 

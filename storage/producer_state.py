@@ -386,7 +386,8 @@ class ProducerStateManager:
     """The producer state of one partition and its snapshot files in ``dir``."""
 
     def __init__(self, dir_path: str, *, topic_partition: str = "",
-                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, listing=None):
+        """``listing``: the names of the directory's files, when the caller has listed it."""
         self.dir = os.fspath(dir_path)
         self.tp = topic_partition or os.path.basename(self.dir)
         self.expiration_ms = expiration_ms
@@ -399,15 +400,15 @@ class ProducerStateManager:
         self.last_snap_offset = 0
         self._snapshots: list[int] = []
         self._unsynced: set[int] = set()
-        self._load_snapshot_list()
+        self._load_snapshot_list(listing)
 
     # ------------------------------------------------------------------ snapshot files
     def _path(self, offset: int) -> str:
         return os.path.join(self.dir, snapshot_file_name(offset))
 
-    def _load_snapshot_list(self) -> None:
+    def _load_snapshot_list(self, listing=None) -> None:
         offsets = []
-        for name in os.listdir(self.dir):
+        for name in os.listdir(self.dir) if listing is None else listing:
             m = _SNAPSHOT_FILE.match(name)
             if m:
                 offsets.append(int(m.group(1)))
@@ -457,6 +458,10 @@ class ProducerStateManager:
             self._unsynced.add(off)
         self.last_snap_offset = off
         return True
+
+    def mark_synced(self) -> None:
+        """The filesystem was synced as a whole (a clean shutdown): no snapshot is left unsynced."""
+        self._unsynced.clear()
 
     def sync_snapshots(self, up_to: int | None = None) -> None:
         """fsync snapshots written without it (at roll) at offsets <= ``up_to``."""

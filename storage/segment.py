@@ -25,6 +25,7 @@ from storage.errors import CorruptRecordError
 from storage.file_slice import FileSlice
 from storage.index import IndexOffsetOverflowError
 from storage.offset_index import OffsetIndex
+from storage.open_files import OPEN_FILES
 from storage.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
 from storage.transaction_index import TransactionIndex
 
@@ -103,27 +104,46 @@ _first_at_or_after = _records.first_record_at_or_after
 
 
 class _LogFile:
-    """Holder of the segment's raw fd; FileSlices keep a reference to it."""
+    """Holder of the segment's raw fd; FileSlices keep a reference to it.
 
-    __slots__ = ("path", "fd")
+    The descriptor is one of the handles bounded by :data:`storage.open_files.OPEN_FILES`:
+    when released by the LRU it is reopened by path on the next ``fileno()`` (the path
+    follows renames). ``close()`` ends it for good."""
+
+    __slots__ = ("path", "fd", "_closed")
 
     def __init__(self, path: str):
         self.path = path
+        self._closed = False
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        OPEN_FILES.opened(self)
 
     def fileno(self) -> int:
-        if self.fd < 0:
+        fd = self.fd
+        if fd >= 0:
+            OPEN_FILES.touch(self)
+            return fd
+        if self._closed:
             raise ValueError(f"segment file {self.path} is closed")
-        return self.fd
+        self.fd = fd = os.open(self.path, os.O_RDWR)
+        OPEN_FILES.opened(self, reopen=True)
+        return fd
 
-    def close(self) -> None:
+    def _release(self) -> None:
+        """Close the descriptor, keep the file usable (the LRU's eviction)."""
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
 
+    def close(self) -> None:
+        self._closed = True
+        if self.fd >= 0:
+            OPEN_FILES.closed(self)
+            self._release()
+
     @property
     def closed(self) -> bool:
-        return self.fd < 0
+        return self._closed
 
 
 def random_segment_jitter(segment_jitter_ms: int, segment_ms: int, rng=None) -> int:
@@ -141,7 +161,7 @@ class LogSegment:
 
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, clock=None,
-                 suffix: str = ""):
+                 suffix: str = "", existing=None):
         if clock is None:
             from storage.clock import SystemClock
 
@@ -158,17 +178,22 @@ class LogSegment:
         self.offset_index_path = os.path.join(self.dir, offset_index_file_name(self.base_offset) + suffix)
         self.time_index_path = os.path.join(self.dir, time_index_file_name(self.base_offset) + suffix)
         self.txn_index_path = os.path.join(self.dir, txn_index_file_name(self.base_offset) + suffix)
-        log_existed = os.path.exists(self.log_path)
+        exists = os.path.exists if existing is None else (lambda p: os.path.basename(p) in existing)
+        log_existed = exists(self.log_path)
         # a .log found on disk without its indexes must be re-indexed (Log does it)
-        self.offset_index_existed = os.path.exists(self.offset_index_path) or not log_existed
-        self.time_index_existed = os.path.exists(self.time_index_path) or not log_existed
+        self.offset_index_existed = exists(self.offset_index_path) or not log_existed
+        self.time_index_existed = exists(self.time_index_path) or not log_existed
         self._file = _LogFile(self.log_path)
         try:
-            self._size = os.fstat(self._file.fd).st_size
-            self.offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size)
-            self.time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+            self._size = os.fstat(self._file.fileno()).st_size
+            known = existing is not None
+            self.offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size,
+                                            exists=exists(self.offset_index_path) if known else None)
+            self.time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size,
+                                        exists=exists(self.time_index_path) if known else None)
             # the aborted transactions whose ABORT marker is in this segment (file made on first use)
-            self.txn_index = TransactionIndex(self.txn_index_path, self.base_offset)
+            self.txn_index = TransactionIndex(self.txn_index_path, self.base_offset,
+                                              exists=exists(self.txn_index_path) if known else None)
         except BaseException:
             self._file.close()
             raise
@@ -180,13 +205,15 @@ class LogSegment:
         self._max_ts_offset = last.offset
 
     @classmethod
-    def open(cls, dir_path: str, base_offset: int, config, clock, rng=None, suffix: str = "") -> "LogSegment":
-        """Open (or create) a segment with the values of a TopicConfig-like ``config``."""
+    def open(cls, dir_path: str, base_offset: int, config, clock, rng=None, suffix: str = "",
+             existing=None) -> "LogSegment":
+        """Open (or create) a segment with the values of a TopicConfig-like ``config``.
+        ``existing``: the names of the directory's files, when the caller has listed it."""
         return cls(dir_path, base_offset,
                    index_interval_bytes=config.index_interval_bytes,
                    max_index_size=config.segment_index_bytes,
                    roll_jitter_ms=random_segment_jitter(config.segment_jitter_ms, config.segment_ms, rng),
-                   clock=clock, suffix=suffix)
+                   clock=clock, suffix=suffix, existing=existing)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -285,14 +312,14 @@ class LogSegment:
         the file ``chunk`` bytes at a time; the header is at ``buf[rel:]`` (the batch body
         is in ``buf`` too when ``rel + size <= len(buf)``).  Stops quietly at a partial
         batch, a non-v2 magic or an impossible length."""
-        fd = self._file.fileno()
+        file = self._file  # its fd is asked for at each read: the caller runs between yields
         pos = start
         buf = b""
         buf_start = pos
         while pos + HEADER_SIZE <= end:
             rel = pos - buf_start
             if rel < 0 or rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(chunk, end - pos), pos)
+                buf = os.pread(file.fileno(), min(chunk, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -469,7 +496,7 @@ class LogSegment:
         valid = start
         interval = self.index_interval_bytes
         oi, ti = self.offset_index, self.time_index
-        fd = self._file.fileno()
+        file = self._file
         base = self.base_offset
         max_offset = base + _INT32_MAX
         max_ts, max_ts_offset = self._max_ts, self._max_ts_offset
@@ -482,7 +509,7 @@ class LogSegment:
                 break
             if verify_crc:
                 if rel + size > len(buf):  # a batch larger than what the chunk holds
-                    buf, rel = os.pread(fd, size, pos), 0
+                    buf, rel = os.pread(file.fileno(), size, pos), 0
                 if not _verify_crc(buf, rel, hdr):
                     break
             prev_last = last_offset

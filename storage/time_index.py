@@ -40,8 +40,9 @@ class TimeIndex(AbstractIndex):
     _VALUE_STRUCT = struct.Struct(">i")
     _VALUE_OFFSET = 8
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True):
-        super().__init__(path, base_offset, max_index_size, writable)
+    def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
+                 exists: bool | None = None):
+        super().__init__(path, base_offset, max_index_size, writable, exists)
         self._last = self._last_entry_from_file()
 
     def _entry(self, n: int) -> TimestampOffset:
@@ -95,6 +96,7 @@ class TimeIndex(AbstractIndex):
                 raise InvalidIndexOffsetError(
                     f"time index {self.path} has no free slot ({self.entries} entries)")
             self._STRUCT.pack_into(self._mm, self.entries * 12, timestamp, self.relative_offset(offset))
+            self._written = True
             self.entries += 1
             self._last = TimestampOffset(timestamp, offset)
             return True
@@ -120,8 +122,9 @@ class TimeIndex(AbstractIndex):
         self._last = self._last_entry_from_file()
 
     def resize(self, new_size: int) -> bool:
+        entries = self.entries
         changed = super().resize(new_size)
-        if changed:
+        if changed and self.entries != entries:  # growing keeps the last entry (and the index unmapped)
             self._last = self._last_entry_from_file()
         return changed
 

@@ -46,11 +46,11 @@ class TransactionIndex:
     """One segment's ``.txnindex``; the entries are kept in memory (a few per aborted
     transaction), the file is append-only."""
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, path: str, base_offset: int, exists: bool | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] = []
-        if os.path.exists(path):
+        if os.path.exists(path) if exists is None else exists:
             self._load()
 
     def _load(self) -> None:
