@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import os
 import socket
 import ssl
@@ -50,6 +51,14 @@ _COALESCE_CHUNKS = 64
 # file slices up to this size are read and sent with the response's bytes, larger ones
 # go with sendfile
 _INLINE_SLICE = 16 * 1024
+
+
+def _new_buffer(size: int):
+    """A receive buffer: anonymous memory (mmap), whose pages become resident only when a
+    read reaches them. A bytearray is zero-filled, so all of it is resident at once: 256
+    KiB per connection, 250 MiB for 1,000 idle connections that each sent one small
+    request. Freed when the last view of it goes (the codec hands out views)."""
+    return mmap.mmap(-1, size)
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -88,7 +97,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session = None  # broker.security.authenticator.Session, set when connected
         self.last_active = 0.0  # loop time of the last byte read or written (connections.max.idle.ms)
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray(_INITIAL_BUFFER)
+        self._buf = _new_buffer(_INITIAL_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0  # first unprocessed byte
         self._end = 0  # end of received bytes
@@ -197,7 +206,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self._start:
                 self._buf[:pending] = self._buf[self._start : self._end]
         else:
-            new = bytearray(max(needed, len(self._buf)) if self._busy else max(needed, 2 * len(self._buf)))
+            new = _new_buffer(max(needed, len(self._buf)) if self._busy else max(needed, 2 * len(self._buf)))
             new[:pending] = self._view[self._start : self._end]
             self._buf = new
             self._view = memoryview(new)
@@ -270,7 +279,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._start == self._end and not self._busy:
             self._start = self._end = 0
             if len(self._buf) > _SHRINK_ABOVE:
-                self._buf = bytearray(_INITIAL_BUFFER)
+                self._buf = _new_buffer(_INITIAL_BUFFER)
                 self._view = memoryview(self._buf)
         if (self._reading_paused and not self._closed
                 and (not self._busy or self._end - self._start < _BUFFERED_HIGH_WATER // 2)):
