@@ -17,6 +17,18 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   (acks=all, linger.ms=0) sends for ``--seconds`` with its send time in the value; the
   consumer, in this process, long-polls (fetch.wait.max.ms=100, poll) and records
   receive - send. Reports p50/p99/p99.9 and the broker CPU per record.
+* ``fanout``: one partition of ``--records`` records of 100 B read from the start by
+  ``--consumers`` (8) consumer processes at once, each its own group. Reports the
+  records delivered per second (all consumers together) and the broker CPU per record
+  delivered.
+* ``idle``: the ``latency`` shape at ``--rate``, first alone, then with
+  ``--idle-connections`` (1,000) more connections open to the broker, each having made
+  one ApiVersions request and then silent. Reports both p99s and their ratio.
+* ``many``: a broker of ``--many-partitions`` (10,000) partitions: the time to create
+  them, a produce of ``--records`` records of 100 B round robin across all of them
+  (linger.ms=5), then a clean stop and a start on the same data: the start-up time
+  (process start to a Metadata answer listing every partition), the RSS and the open
+  file descriptors after it, and the descriptor count during the produce.
 
     .venv/bin/python bench/shapes.py                         # every shape, both brokers
     .venv/bin/python bench/shapes.py --shapes small --brokers chronolog
@@ -31,6 +43,9 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import socket
+import struct
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -42,16 +57,17 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 try:  # run as a script (bench/ is sys.path[0]) or imported as bench.shapes
-    from bench import _machine
+    from bench import _machine, _proc
     from bench.throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log,
                                   process_tree_cpu_seconds, process_tree_rss_mb, start_broker, stop_broker,
                                   wait_ready)
 except ImportError:
     import _machine
+    import _proc
     from throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log, process_tree_cpu_seconds,
                             process_tree_rss_mb, start_broker, stop_broker, wait_ready)
 
-SHAPES = ("small", "partitions", "latency", "latency-high")
+SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
@@ -214,12 +230,199 @@ def shape_latency(bp, args) -> dict:
     return _latency(bp, args, args.rate)
 
 
+# ----------------------------------------------------------------------------- fanout
+def _fanout_consumer(bootstrap: str, topic: str, records: int, out) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fan-" + uuid.uuid4().hex[:8],
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, 0, 0)])
+    seen, deadline = 0, time.monotonic() + 300
+    t = time.perf_counter()
+    while seen < records and time.monotonic() < deadline:
+        for m in c.consume(10000, 0.5):
+            if m.error() is None:
+                seen += 1
+    out.put((time.perf_counter() - t, seen))
+    c.close()
+
+
+def shape_fanout(bp, args) -> dict:
+    topic = f"fan-{uuid.uuid4().hex[:6]}"
+    create_topic(bp.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all",
+                  "queue.buffering.max.messages": 1_000_000})
+    value = b"f" * 100
+    for _ in range(args.records):
+        while True:
+            try:
+                p.produce(topic, value=value)
+                break
+            except BufferError:
+                p.poll(0.005)
+    if p.flush(300):
+        raise BenchError("records left unsent")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_fanout_consumer, args=(bp.bootstrap, topic, args.records, q))
+             for _ in range(args.consumers)]
+    cpu0 = process_tree_cpu_seconds(bp.proc.pid)
+    t = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    results = [q.get(timeout=600) for _ in procs]
+    wall = time.perf_counter() - t
+    cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
+    for proc in procs:
+        proc.join()
+    delivered = sum(r[1] for r in results)
+    if delivered < args.records * args.consumers:
+        raise BenchError(f"delivered {delivered} of {args.records * args.consumers}")
+    return {"consumers": args.consumers, "records": args.records, "records_per_s": delivered / wall,
+            "cpu_us_per_record": cpu / delivered * 1e6, "rss_mb": process_tree_rss_mb(bp.proc.pid)}
+
+
+# ----------------------------------------------------------------------------- idle
+def _api_versions_request(correlation_id: int) -> bytes:
+    client = b"idle-bench"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client)) + client
+    return struct.pack(">i", len(body)) + body
+
+
+def open_idle_connections(bootstrap: str, n: int) -> list[socket.socket]:
+    """``n`` connections that each make one ApiVersions round trip, then stay silent."""
+    host, port = bootstrap.rsplit(":", 1)
+    socks = []
+    for i in range(n):
+        s = socket.create_connection((host, int(port)), timeout=30)
+        s.sendall(_api_versions_request(i))
+        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+        _recv_exact(s, size)
+        socks.append(s)
+    return socks
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise BenchError("the broker closed an idle connection")
+        buf += chunk
+    return buf
+
+
+def shape_idle(bp, args) -> dict:
+    base = _latency(bp, args, args.rate)
+    socks = open_idle_connections(bp.bootstrap, args.idle_connections)
+    try:
+        loaded = _latency(bp, args, args.rate)
+        rss = process_tree_rss_mb(bp.proc.pid)
+        # still connected: the broker kept every idle connection open meanwhile
+        for s in socks[:: max(1, len(socks) // 20)]:
+            s.sendall(_api_versions_request(7))
+            _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])
+    finally:
+        for s in socks:
+            s.close()
+    return {"idle": args.idle_connections, "p99_alone_ms": base["p99_ms"], "p99_idle_ms": loaded["p99_ms"],
+            "p99_ratio": loaded["p99_ms"] / base["p99_ms"], "p999_idle_ms": loaded["p999_ms"], "rss_mb": rss}
+
+
+# ----------------------------------------------------------------------------- many
+def _fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
+def _wait_partitions(bootstrap: str, topic: str, partitions: int, timeout: float, bp) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # refused connects are expected
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if bp.proc.poll() is not None:
+            raise BenchError(f"{bp.name} exited during start-up:\n{bp.log_tail()}")
+        try:
+            md = admin.list_topics(topic, timeout=2).topics.get(topic)
+            if md is not None and md.error is None and len(md.partitions) == partitions:
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.01)
+    raise BenchError(f"{topic} has not got its {partitions} partitions within {timeout:g} s")
+
+
+def shape_many(bp, args) -> dict:
+    n = args.many_partitions
+    topic = f"many-{uuid.uuid4().hex[:6]}"
+    t = time.perf_counter()
+    create_topic(bp.bootstrap, topic, n, timeout=600)
+    create_s = time.perf_counter() - t
+    p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": False,
+                  "queue.buffering.max.messages": 1_000_000})
+    value = b"m" * 100
+    cpu0 = process_tree_cpu_seconds(bp.proc.pid)
+    t = time.perf_counter()
+    fds_peak = 0
+    for i in range(args.records):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=i % n)
+                break
+            except BufferError:
+                p.poll(0.005)
+        if i % 20000 == 0:
+            fds_peak = max(fds_peak, _fd_count(bp.proc.pid))
+    if p.flush(600):
+        raise BenchError("records left unsent")
+    produce_s = time.perf_counter() - t
+    produce_cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
+    fds_peak = max(fds_peak, _fd_count(bp.proc.pid))
+    rss_loaded = process_tree_rss_mb(bp.proc.pid)
+    del p  # no client retrying against the stopped broker
+    out = {"partitions": n, "create_s": create_s, "produce_records_per_s": args.records / produce_s,
+           "produce_cpu_us_per_record": produce_cpu / args.records * 1e6, "fds_produce": fds_peak,
+           "rss_produce_mb": rss_loaded, "fd_limit": _soft_nofile(bp.proc.pid)}
+    if bp.name == "tansu" and args.tansu_storage.startswith("memory:"):
+        return out  # its memory storage does not outlive a restart: no start-up to measure
+    # a clean stop, then a start on the same data
+    restart_broker(bp)
+    t = time.perf_counter()
+    _wait_partitions(bp.bootstrap, topic, n, 600, bp)
+    startup_s = time.perf_counter() - t
+    out.update(startup_s=startup_s, rss_start_mb=process_tree_rss_mb(bp.proc.pid), fds_start=_fd_count(bp.proc.pid))
+    return out
+
+
+def _soft_nofile(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return int(line.split()[3])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+def restart_broker(bp) -> None:
+    """Stop the broker cleanly (SIGTERM, its data kept) and start it again, same command."""
+    rc = _proc.stop_group(bp.proc, 120)
+    if rc not in (0, -15, 143):
+        raise BenchError(f"{bp.name} stopped with exit code {rc}:\n{bp.log_tail()}")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                      env.get("PYTHONPATH")]))
+    with open(bp.log_path, "ab") as log_file:
+        bp.proc = subprocess.Popen(bp.cmd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                   stderr=subprocess.STDOUT, start_new_session=True, cwd=bp.log_path.parent)
+
+
 def shape_latency_high(bp, args) -> dict:
     return _latency(bp, args, args.high_rate)
 
 
 RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shape_latency,
-           "latency-high": shape_latency_high}
+           "latency-high": shape_latency_high, "fanout": shape_fanout, "idle": shape_idle, "many": shape_many}
 COLUMNS = {
     "small": [("records_per_s", "records/s", "{:,.0f}"), ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
     "partitions": [("produce_records_per_s", "produce rec/s", "{:,.0f}"),
@@ -230,6 +433,16 @@ COLUMNS = {
                 ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
 }
 COLUMNS["latency-high"] = COLUMNS["latency"]
+COLUMNS["fanout"] = [("records_per_s", "records delivered/s", "{:,.0f}"),
+                     ("cpu_us_per_record", "broker CPU µs/record", "{:.2f}"), ("rss_mb", "RSS MiB", "{:.0f}")]
+COLUMNS["idle"] = [("p99_alone_ms", "p99 alone ms", "{:.2f}"), ("p99_idle_ms", "p99 with idle ms", "{:.2f}"),
+                   ("p99_ratio", "p99 ratio", "{:.2f}"), ("p999_idle_ms", "p99.9 with idle ms", "{:.2f}"),
+                   ("rss_mb", "RSS MiB", "{:.0f}")]
+COLUMNS["many"] = [("create_s", "create s", "{:.1f}"), ("produce_records_per_s", "produce rec/s", "{:,.0f}"),
+                   ("produce_cpu_us_per_record", "produce CPU µs/rec", "{:.1f}"),
+                   ("fds_produce", "fds (produce)", "{:,.0f}"), ("startup_s", "start-up s", "{:.2f}"),
+                   ("rss_start_mb", "RSS after start MiB", "{:.0f}"), ("fds_start", "fds after start", "{:,.0f}"),
+                   ("fd_limit", "fd limit", "{:,.0f}")]
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -244,12 +457,13 @@ def render(shape: str, results: dict) -> str:
         if "error" in r:
             lines.append(f"| {name} | failed: {r['error'][:80]} |")
             continue
-        lines.append(f"| {name} | " + " | ".join(c[2].format(r["median"][c[0]]) for c in cols) + " |")
+        lines.append(f"| {name} | " + " | ".join(c[2].format(r["median"][c[0]]) if c[0] in r["median"] else "-"
+                                                 for c in cols) + " |")
     ok = {n: r for n, r in results.items() if "median" in r}
     if {"chronolog", "tansu"} <= set(ok):
         a, b = ok["chronolog"]["median"], ok["tansu"]["median"]
         lines.append("| chronolog / tansu | " + " | ".join(
-            f"{a[c[0]] / b[c[0]]:.2f}x" if b[c[0]] else "-" for c in cols) + " |")
+            f"{a[c[0]] / b[c[0]]:.2f}x" if b.get(c[0]) and c[0] in a else "-" for c in cols) + " |")
     return "\n".join(lines)
 
 
@@ -265,6 +479,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=2000, help="latency: records/s offered (2000)")
     ap.add_argument("--high-rate", type=float, default=20000, help="latency-high: records/s offered (20000)")
     ap.add_argument("--seconds", type=float, default=10, help="latency: seconds per run (10)")
+    ap.add_argument("--consumers", type=int, default=8, help="fanout: consumer processes (8)")
+    ap.add_argument("--idle-connections", type=int, default=1000, help="idle: idle connections (1000)")
+    ap.add_argument("--many-partitions", type=int, default=10_000, help="many: partitions (10000)")
     ap.add_argument("--chronolog-cmd", default=default_chronolog_cmd())
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
     ap.add_argument("--tansu-storage", default="memory://tansu/")
@@ -276,7 +493,7 @@ def main(argv=None) -> int:
     for shape in args.shapes.split(","):
         sargs = argparse.Namespace(**vars(args))
         if sargs.records is None:
-            sargs.records = 15000 if shape == "small" else 200_000
+            sargs.records = {"small": 15000, "many": 100_000}.get(shape, 200_000)
         results = {}
         for name in args.brokers.split(","):
             res: dict = {"runs": []}
