@@ -42,6 +42,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from storage.log_manager import volume_bytes
+from storage.open_files import OPEN_FILES
 
 log = logging.getLogger("chronolog.metrics")
 
@@ -644,6 +645,13 @@ class BrokerStateCollector:
                 continue
             dir_total.add_metric([d], total)
             dir_usable.add_metric([d], usable)
+        open_files = GaugeMetricFamily("chronolog_log_open_files",
+                                       "Segment files held open (.log descriptors and index maps; "
+                                       "bounded by log.open.files.max)")
+        open_files.add_metric([], len(OPEN_FILES))
+        reopens = CounterMetricFamily("chronolog_log_file_reopens",
+                                      "Segment files opened again after the open-files bound closed them")
+        reopens.add_metric([], OPEN_FILES.reopens)
         logs = lm.logs()
         for name, info in sorted(lm.topics().items()):
             partitions.add_metric([name], info.num_partitions)
@@ -709,8 +717,8 @@ class BrokerStateCollector:
                     if has_lag:
                         g_lag_sum.add_metric([gid, t], lag_sum)
         self._ts_cache = new_cache
-        return [brokers, partitions, current, oldest, size, segments, dir_total, dir_usable, g_current,
-                g_current_sum, g_lag, g_lag_sum, g_lag_s, g_members]
+        return [brokers, partitions, current, oldest, size, segments, dir_total, dir_usable, open_files, reopens,
+                g_current, g_current_sum, g_lag, g_lag_sum, g_lag_s, g_members]
 
 
 class MetricsServer:

@@ -66,7 +66,7 @@ class OpenFiles:
     def __init__(self, capacity: int = -1):
         self._lru: OrderedDict = OrderedDict()
         self.capacity = MIN_CAPACITY
-        self.reopens = 0  # handles opened again after a release (metric)
+        self.reopens = 0  # handles opened again after a release (chronolog_log_file_reopens_total)
         self.evictions = 0
         self.configure(capacity)
 

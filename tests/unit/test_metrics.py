@@ -119,6 +119,10 @@ def test_scrape_time_gauges(tmp_path):
     assert val(s, "kafka_topic_partitions", topic="t") == 2
     assert val(s, "chronolog_log_size_bytes", topic="t", partition=0) == plog.size_in_bytes > 0
     assert val(s, "chronolog_log_segments", topic="t", partition=0) == 1
+    from storage.open_files import OPEN_FILES
+
+    assert val(s, "chronolog_log_open_files") == len(OPEN_FILES) >= 2  # at least the 2 .log files
+    assert val(s, "chronolog_log_file_reopens_total") == OPEN_FILES.reopens
     expect = {"mid": (3, 8.0), "start": (1, 3.0), "done": (0, 0.0), "none-yet": (4, 9.0)}
     for g, (lag, lag_s) in expect.items():
         assert val(s, "kafka_consumergroup_current_offset", consumergroup=g, topic="t", partition=0) == 4 - lag
