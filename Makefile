@@ -75,6 +75,11 @@ bench-transactions: $(STAMP)
 bench-shapes: $(STAMP)
 	$(PY) bench/shapes.py $(ARGS)
 
+# More than one core: 1 vs 2 broker processes on disjoint topics (docs/DESIGN.md)
+.PHONY: bench-multicore
+bench-multicore: $(STAMP)
+	$(PY) bench/multicore.py $(ARGS)
+
 # Log compaction: cleaning throughput, peak memory, 10M keys in passes, latency while cleaning (bench/README.md)
 .PHONY: bench-compaction
 bench-compaction: $(STAMP)
