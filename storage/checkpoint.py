@@ -134,9 +134,10 @@ def write_headed_lines(path: str, header: str, lines: list[str], mode: int = 0o6
     atomic_write(path, ("\n".join([header, *lines]) + "\n").encode("utf-8"), mode)
 
 
-def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+def atomic_write(path: str, data: bytes, mode: int = 0o644, sync: bool = True) -> None:
     """temp file (created with ``mode``; 0o600 for files holding secrets) + fsync +
-    rename + fsync of the directory."""
+    rename + fsync of the directory. ``sync=False``: no fsync, the caller syncs the
+    filesystem afterwards (sync_filesystem: a topic's partitions created together)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -146,11 +147,13 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def sync_filesystem(path: str) -> None:

@@ -73,7 +73,7 @@ class LeaderEpochCache:
             logger.warning("%s is malformed (%s); leader epochs start again", self.path, exc)
             return []
 
-    def load(self, end_offset: int, start_offset: int, epoch: int | None) -> None:
+    def load(self, end_offset: int, start_offset: int, epoch: int | None, sync: bool = True) -> None:
         """Start-up (Kafka's LogLoader, then makeLeader): truncate_from_end(end_offset),
         truncate_from_start(start_offset), assign(epoch, end_offset); the file is written
         once, and only when that changed its entries (a restart of 10,000 unchanged
@@ -88,15 +88,15 @@ class LeaderEpochCache:
         finally:
             self._hold = False
         if self.entries != before:
-            self._write()
+            self._write(sync)
 
     _hold = False  # load(): the entries change in memory, the file once at the end
 
-    def _write(self) -> None:
+    def _write(self, sync: bool = True) -> None:
         if self._hold:
             return
         body = [str(_VERSION), str(len(self.entries)), *(f"{e} {s}" for e, s in self.entries)]
-        atomic_write(self.path, ("\n".join(body) + "\n").encode("utf-8"))
+        atomic_write(self.path, ("\n".join(body) + "\n").encode("utf-8"), sync=sync)
 
     @property
     def latest_epoch(self) -> Optional[int]:

@@ -127,7 +127,7 @@ class Log:
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
                  log_start_offset: int | None = None, had_clean_shutdown: bool = False,
                  producer_id_expiration_ms: int | None = None, leader_epoch: int | None = None,
-                 topic_id=None, topic_id_recorded: bool = False):
+                 topic_id=None, topic_id_recorded: bool = False, sync_new_files: bool = True):
         self.dir = os.fspath(dir_path)
         # the broker's producer.id.expiration.ms (a dynamic broker config; LogManager sets it)
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -155,7 +155,9 @@ class Log:
         if not topic_id_recorded:
             os.makedirs(self.dir, exist_ok=True)
         if topic_id is not None and not topic_id_recorded and partition_metadata.read(self.dir) != topic_id:
-            partition_metadata.write(self.dir, topic_id)
+            # sync_new_files=False: a new partition whose creator syncs the filesystem
+            # once for all (LogManager.create_topic) before the topic exists
+            partition_metadata.write(self.dir, topic_id, sync=sync_new_files)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments
         self._load(rp, had_clean_shutdown)
@@ -165,7 +167,7 @@ class Log:
         # leader epochs (storage.leader_epoch_cache): those past the recovered end go, the
         # current one begins at the log end if it is new (Kafka's makeLeader)
         self._epochs = LeaderEpochCache(self.dir)
-        self._epochs.load(self._leo, self._log_start_offset, leader_epoch)
+        self._epochs.load(self._leo, self._log_start_offset, leader_epoch, sync=sync_new_files)
         try:
             self._producer_state = ProducerStateManager(
                 self.dir, topic_partition=f"{self.topic}-{self.partition}",

@@ -383,9 +383,14 @@ class LogManager:
                 path = os.path.join(self._next_log_dir(), f"{name}-{p}")
                 log = Log(path, topic_config, self.clock, topic=name, partition=p,
                           producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
-                          topic_id=info.topic_id)
+                          topic_id=info.topic_id, sync_new_files=False)
                 self._logs[(name, p)] = log
                 created.append(log)
+            # the new directories and files made durable together (not two fsyncs and a
+            # directory fsync per partition: 10,000 partitions took 11.5 s), then the
+            # topic exists (topics.json)
+            for d in {self._dir_of(log) for log in created}:
+                sync_filesystem(d)
             self._topics[name] = info
             self._write_metadata()
         except BaseException:

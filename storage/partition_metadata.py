@@ -60,6 +60,6 @@ def read(directory: str) -> uuid.UUID | None:
         raise PartitionMetadataError(f"{path}: {exc}") from None
 
 
-def write(directory: str, topic_id: uuid.UUID) -> None:
+def write(directory: str, topic_id: uuid.UUID, sync: bool = True) -> None:
     body = f"version: {_VERSION}\ntopic_id: {kafka_uuid(topic_id)}\n"
-    atomic_write(os.path.join(directory, FILE_NAME), body.encode("utf-8"))
+    atomic_write(os.path.join(directory, FILE_NAME), body.encode("utf-8"), sync=sync)
