@@ -34,12 +34,12 @@ from confluent_kafka import Producer
 
 try:  # run as a script (bench/ is sys.path[0]) or imported as bench.multicore
     from bench import _machine
-    from bench.shapes import _small_producer, create_topic
+    from bench.shapes import _small_producer, create_topic, produce_n
     from bench.throughput import (BenchError, default_chronolog_cmd, log, process_tree_cpu_seconds, start_broker,
                                   stop_broker, wait_ready)
 except ImportError:
     import _machine
-    from shapes import _small_producer, create_topic
+    from shapes import _small_producer, create_topic, produce_n
     from throughput import (BenchError, default_chronolog_cmd, log, process_tree_cpu_seconds, start_broker,
                             stop_broker, wait_ready)
 
@@ -47,15 +47,8 @@ except ImportError:
 def _keyed_producer(bootstrap: str, topic: str, records: int, out) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": False,
                   "queue.buffering.max.messages": 1_000_000})
-    value = b"v" * 100
     t = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, key=b"key-%d" % i, value=value)
-                break
-            except BufferError:
-                p.poll(0.005)
+    produce_n(p, topic, records, b"v" * 100, keyed=True)
     left = p.flush(300)
     out.put((time.perf_counter() - t, left))
 

@@ -83,6 +83,24 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     raise BenchError(f"topic {topic} has not got its {partitions} partitions")
 
 
+def produce_n(p: Producer, topic: str, n: int, value: bytes, keyed: bool = False, partitions: int = 0,
+              start: int = 0) -> None:
+    """Records ``start`` .. ``start + n - 1`` through ``p``, waiting while its queue is
+    full; keyed ``key-<i>``, or (``partitions``) sent to partition ``i % partitions``."""
+    for i in range(start, start + n):
+        kw = {}
+        if keyed:
+            kw["key"] = b"key-%d" % i
+        if partitions:
+            kw["partition"] = i % partitions
+        while True:
+            try:
+                p.produce(topic, value=value, **kw)
+                break
+            except BufferError:
+                p.poll(0.005)
+
+
 # ----------------------------------------------------------------------------- small
 def _small_producer(bootstrap: str, topic: str, records: int, out) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1, "acks": "all",
@@ -131,16 +149,9 @@ def shape_partitions(bp, args) -> dict:
     create_topic(bp.bootstrap, topic, args.partitions)
     p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": False,
                   "queue.buffering.max.messages": 1_000_000})
-    value = b"v" * 100
     cpu0 = process_tree_cpu_seconds(bp.proc.pid)
     t = time.perf_counter()
-    for i in range(args.records):
-        while True:
-            try:
-                p.produce(topic, key=b"key-%d" % i, value=value)
-                break
-            except BufferError:
-                p.poll(0.005)
+    produce_n(p, topic, args.records, b"v" * 100, keyed=True)
     if p.flush(300):
         raise BenchError("records left unsent")
     produce_s = time.perf_counter() - t
@@ -250,14 +261,7 @@ def shape_fanout(bp, args) -> dict:
     create_topic(bp.bootstrap, topic, 1)
     p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all",
                   "queue.buffering.max.messages": 1_000_000})
-    value = b"f" * 100
-    for _ in range(args.records):
-        while True:
-            try:
-                p.produce(topic, value=value)
-                break
-            except BufferError:
-                p.poll(0.005)
+    produce_n(p, topic, args.records, b"f" * 100)
     if p.flush(300):
         raise BenchError("records left unsent")
     ctx = mp.get_context("spawn")
@@ -359,19 +363,12 @@ def shape_many(bp, args) -> dict:
     create_s = time.perf_counter() - t
     p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": False,
                   "queue.buffering.max.messages": 1_000_000})
-    value = b"m" * 100
     cpu0 = process_tree_cpu_seconds(bp.proc.pid)
     t = time.perf_counter()
     fds_peak = 0
-    for i in range(args.records):
-        while True:
-            try:
-                p.produce(topic, value=value, partition=i % n)
-                break
-            except BufferError:
-                p.poll(0.005)
-        if i % 20000 == 0:
-            fds_peak = max(fds_peak, _fd_count(bp.proc.pid))
+    for start in range(0, args.records, 20000):  # the descriptor count sampled as it goes
+        produce_n(p, topic, min(20000, args.records - start), b"m" * 100, partitions=n, start=start)
+        fds_peak = max(fds_peak, _fd_count(bp.proc.pid))
     if p.flush(600):
         raise BenchError("records left unsent")
     produce_s = time.perf_counter() - t
