@@ -652,7 +652,7 @@ class BrokerStateCollector:
         reopens = CounterMetricFamily("chronolog_log_file_reopens",
                                       "Segment files opened again after the open-files bound closed them")
         reopens.add_metric([], OPEN_FILES.reopens)
-        logs = lm.logs()
+        logs = lm.loaded_logs()  # a partition still loading after start-up appears when loaded
         for name, info in sorted(lm.topics().items()):
             partitions.add_metric([name], info.num_partitions)
         ends: dict[tuple[str, int], object] = {}

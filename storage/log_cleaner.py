@@ -403,7 +403,7 @@ class LogCleaner:
     def _update_checkpoint(self, log, offset: int) -> None:
         d = self._dir_of(log)
         tp = (log.topic, log.partition)
-        logs = self.lm.logs()
+        logs = self.lm.hosted()
         cps = {k: v for k, v in self.checkpoints.get(d, {}).items() if k in logs}
         cps[tp] = offset
         self.checkpoints[d] = cps
@@ -418,7 +418,7 @@ class LogCleaner:
         self.metrics.time_of_last_run_ms = now
         candidates = []
         max_delay = 0
-        for tp, log in self.lm.logs().items():
+        for tp, log in self.lm.loaded_logs().items():  # a partition still loading waits a tick
             if log.closed or not log.config.compact or tp in self.in_progress:
                 continue
             if tp in self.uncleanable.get(self._dir_of(log), ()):
@@ -451,7 +451,7 @@ class LogCleaner:
         logger.error("%s-%d is marked uncleanable until the broker restarts: %s", log.topic, log.partition, why)
 
     def uncleanable_partitions(self) -> dict[str, int]:
-        logs = self.lm.logs()
+        logs = self.lm.hosted()
         return {d: sum(1 for tp in self.uncleanable.get(d, ()) if tp in logs) for d in self.lm.log_dirs}
 
     # ------------------------------------------------------------------ running
@@ -544,7 +544,7 @@ class LogCleaner:
         state = self.in_progress.get(tp)
         self._release(tp)
         kind = answer[0]
-        current = self.lm.logs().get(tp)
+        current = self.lm.loaded_logs().get(tp)
         if kind == "ok":
             result: CleanResult = answer[1]
             if state == "aborted" or current is not log or log.closed:
@@ -625,7 +625,7 @@ class LogCleaner:
             if w.busy_with is not None:
                 self._release(w.busy_with.tp)
                 w.busy_with = None
-        logs = self.lm.logs()
+        logs = self.lm.hosted()
         for d, cps in self.checkpoints.items():
             try:
                 write_checkpoint(self._path(d), {k: v for k, v in cps.items() if k in logs})

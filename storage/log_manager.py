@@ -135,6 +135,16 @@ def _default_topic_config_factory(broker_config, overrides: dict[str, str]):
     return TopicConfig.from_broker(broker_config, overrides)
 
 
+@dataclass
+class _PendingLog:
+    """A partition of a cleanly shut down log dir, not loaded yet: its directory and the
+    checkpointed values it will be loaded with."""
+
+    path: str
+    recovery_point: int | None
+    log_start_offset: int | None
+
+
 class LogManager:
     def __init__(self, broker_config, clock, *,
                  topic_config_factory: Callable[[Any, dict[str, str]], Any] | None = None):
@@ -147,6 +157,10 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in dirs]
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], Log] = {}
+        # partitions of a cleanly shut down log dir not loaded yet (_PendingLog): loaded
+        # on first use (get_log, logs()) or by load_pending() in the background
+        self._pending: dict[tuple[str, int], _PendingLog] = {}
+        self._load_started: float | None = None  # perf_counter at start-up while some are deferred
         self._generation = 0
         self._started = False
         self._locks: list[int] = []  # fds holding each log dir's .lock
@@ -197,7 +211,11 @@ class LogManager:
             except OSError:  # pragma: no cover
                 pass
 
-    def startup(self) -> None:
+    def startup(self, defer: bool = False) -> None:
+        """Load every partition of the log dirs. ``defer``: the partitions of a log dir
+        shut down cleanly (nothing to recover) are only listed; each is loaded on first
+        use or by :meth:`load_pending` (the broker calls it in the background after it
+        starts listening: 10,000 partitions take seconds to load)."""
         self.lock_dirs()
         cap = getattr(self.broker_config, "log_open_files_max", None)
         OPEN_FILES.configure(-1 if cap is None else int(cap))
@@ -243,31 +261,66 @@ class LogManager:
             self._topics[name] = info
             for p in range(info.num_partitions):
                 path = found.pop((name, p), None)
-                recorded = False
-                if path is not None:
-                    path, recorded = self._set_aside_if_stray(path, info)
-                if path is None:
-                    path = os.path.join(self._next_log_dir(), f"{name}-{p}")
-                    logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
-                d = os.path.dirname(os.path.abspath(path))
-                self._logs[(name, p)] = Log(
-                    path, info.config, self.clock, topic=name, partition=p,
-                    recovery_point=recovery_points.get(d, {}).get((name, p)),
-                    log_start_offset=start_offsets.get(d, {}).get((name, p)),
-                    had_clean_shutdown=clean.get(d, False),
-                    producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
-                    topic_id=info.topic_id, topic_id_recorded=recorded)
+                d = None if path is None else os.path.dirname(os.path.abspath(path))
+                pending = _PendingLog(path, recovery_points.get(d, {}).get((name, p)),
+                                      start_offsets.get(d, {}).get((name, p)))
+                if path is not None and clean.get(d, False) and defer:
+                    # nothing to recover: loaded on first use or in the background
+                    self._pending[(name, p)] = pending
+                else:
+                    self._load_partition(name, p, pending, clean.get(d, False))
         for (topic, p), path in found.items():
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
         self._started = True
-        logger.info("loaded %d partition log(s) from %d log dir(s) in %.3f s (%s)", len(self._logs),
-                    len(self.log_dirs), time.perf_counter() - started,
+        self._load_started = time.perf_counter()
+        logger.info("loaded %d partition log(s)%s from %d log dir(s) in %.3f s (%s)", len(self._logs),
+                    f" ({len(self._pending)} more, cleanly shut down, load in the background)"
+                    if self._pending else "", len(self.log_dirs), time.perf_counter() - started,
                     ", ".join(f"{d}: {'clean shutdown' if clean[d] else 'no clean-shutdown marker, recovered from the recovery points'}"
                               for d in self.log_dirs))
         # the recovery points and start offsets on disk now match what was loaded
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
+
+    def _load_partition(self, name: str, p: int, pending: "_PendingLog", clean: bool) -> Log:
+        info = self._topics[name]
+        path, recorded = pending.path, False
+        if path is not None:
+            path, recorded = self._set_aside_if_stray(path, info)
+        if path is None:
+            path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+            logger.warning("partition directory of %s-%d is missing; creating %s", name, p, path)
+        log = self._logs[(name, p)] = Log(
+            path, info.config, self.clock, topic=name, partition=p,
+            recovery_point=pending.recovery_point, log_start_offset=pending.log_start_offset,
+            had_clean_shutdown=clean, producer_id_expiration_ms=self._pid_expiration_ms(),
+            leader_epoch=LEADER_EPOCH, topic_id=info.topic_id, topic_id_recorded=recorded)
+        return log
+
+    def _load_deferred(self, key: tuple[str, int]) -> Log | None:
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return None
+        return self._load_partition(key[0], key[1], pending, True)
+
+    def load_pending(self, limit: int) -> int:
+        """Load up to ``limit`` deferred partitions; returns how many are left."""
+        for _ in range(min(limit, len(self._pending))):
+            key = next(iter(self._pending))
+            try:
+                self._load_deferred(key)
+            except Exception as e:  # the others still load; this one stays offline
+                logger.error("could not load partition %s-%d: %s", key[0], key[1], e)
+        if not self._pending and self._load_started is not None:
+            logger.info("all %d partition log(s) loaded, %.3f s after start-up began", len(self._logs),
+                        time.perf_counter() - self._load_started)
+            self._load_started = None
+        return len(self._pending)
+
+    def _load_all_pending(self) -> None:
+        while self._pending:
+            self.load_pending(len(self._pending))
 
     def _read_checkpoint(self, path: str) -> dict:
         try:
@@ -321,6 +374,7 @@ class LogManager:
                 logger.error("could not write the clean-shutdown marker in %s: %s", d, e)
                 errors.append(e)
         self._logs.clear()
+        self._pending.clear()  # untouched since the clean start: still clean on disk
         self._topics.clear()
         self._started = False
         self.unlock_dirs()
@@ -406,6 +460,7 @@ class LogManager:
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         for p in range(info.num_partitions):
+            self._load_deferred((name, p))
             for callback in self.on_partition_deleted:
                 callback(name, p)
         logs = [self._logs.pop((name, p)) for p in range(info.num_partitions) if (name, p) in self._logs]
@@ -445,13 +500,26 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))
+        if log is None and self._pending:
+            log = self._load_deferred((topic, partition))
         if log is None:
             raise UnknownTopicOrPartitionError(
                 f"This server does not host this topic-partition: {topic}-{partition}")
         return log
 
     def logs(self) -> dict[tuple[str, int], Log]:
+        """Every partition's log (deferred ones are loaded first)."""
+        self._load_all_pending()
         return dict(self._logs)
+
+    def loaded_logs(self) -> dict[tuple[str, int], Log]:
+        """The logs loaded so far: for background work (cleaner, metrics) that can wait
+        for a deferred partition rather than load them all at once."""
+        return dict(self._logs)
+
+    def hosted(self) -> set[tuple[str, int]]:
+        """Every partition this broker hosts, loaded or not."""
+        return set(self._logs) | set(self._pending)
 
     # ------------------------------------------------------------------ flushing
     def flush_due(self) -> int:
@@ -509,19 +577,31 @@ class LogManager:
                 out.setdefault(self._dir_of(log), []).append(log)
         return out
 
+    def _pending_by_dir(self) -> dict[str, dict[tuple[str, int], "_PendingLog"]]:
+        out: dict[str, dict] = {}
+        for key, pending in self._pending.items():
+            out.setdefault(os.path.dirname(os.path.abspath(pending.path)), {})[key] = pending
+        return out
+
     def checkpoint_recovery_points(self, include_closed: bool = False) -> None:
-        """Write ``recovery-point-offset-checkpoint`` in every log dir."""
+        """Write ``recovery-point-offset-checkpoint`` in every log dir (a deferred
+        partition keeps the value it was started with: nothing of it has changed)."""
+        pending = self._pending_by_dir()
         for d, logs in self._by_dir(include_closed).items():
-            write_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT),
-                             {(log.topic, log.partition): log.recovery_point for log in logs})
+            points = {k: pl.recovery_point for k, pl in pending.get(d, {}).items() if pl.recovery_point is not None}
+            points.update({(log.topic, log.partition): log.recovery_point for log in logs})
+            write_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT), points)
 
     def checkpoint_log_start_offsets(self, include_closed: bool = False) -> None:
         """Write ``log-start-offset-checkpoint`` in every log dir (as Kafka: only the
         partitions whose log start offset is above their first segment's base)."""
+        pending = self._pending_by_dir()
         for d, logs in self._by_dir(include_closed).items():
-            write_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
-                             {(log.topic, log.partition): log.log_start_offset for log in logs
-                              if log.log_start_offset > log.first_base_offset})
+            starts = {k: pl.log_start_offset for k, pl in pending.get(d, {}).items()
+                      if pl.log_start_offset is not None}
+            starts.update({(log.topic, log.partition): log.log_start_offset for log in logs
+                           if log.log_start_offset > log.first_base_offset})
+            write_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT), starts)
 
     def flush_all(self) -> None:
         for log in self._logs.values():
@@ -533,8 +613,8 @@ class LogManager:
         if len(self.log_dirs) == 1:
             return self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
-        for log in self._logs.values():
-            parent = os.path.dirname(os.path.abspath(log.dir))
+        for parent in [os.path.dirname(os.path.abspath(log.dir)) for log in self._logs.values()] + [
+                os.path.dirname(os.path.abspath(pl.path)) for pl in self._pending.values()]:
             if parent in counts:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals

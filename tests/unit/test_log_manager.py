@@ -231,3 +231,95 @@ def test_real_config_classes(tmp_path):
     m.startup()
     assert m.get_log("real", 0).log_end_offset == 30
     m.shutdown()
+
+
+# ---------------------------------------------------------------------- deferred loading
+def deferred_manager(dirs, clock=None):
+    broker = SimpleNamespace(log_dirs=[str(d) for d in dirs])
+    m = LogManager(broker, clock or ManualClock(1_000_000), topic_config_factory=factory)
+    m.startup(defer=True)
+    return m
+
+
+def _fill(m, topic, partitions, per):
+    ends = {}
+    for p in range(partitions):
+        for i in range(per):
+            va = append(m.get_log(topic, p), [build_batch([(10_000 + i, b"%d-%d" % (p, i))])])
+        ends[p] = va.last_offset + 1
+    return ends
+
+
+def test_clean_partitions_load_on_first_use_or_in_the_background(tmp_path):
+    from storage.checkpoint import read_checkpoint
+
+    m = manager([tmp_path])
+    m.create_topic("a", 6)
+    m.create_topic("b", 4)
+    ends = _fill(m, "a", 6, 3)
+    m.shutdown()
+    rp_before = read_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint"))
+
+    m = deferred_manager([tmp_path])
+    assert m.loaded_logs() == {} and len(m.hosted()) == 10  # nothing opened yet
+    # the checkpoints rewritten at start keep every deferred partition's values
+    assert read_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint")) == rp_before
+    assert m.get_log("a", 4).log_end_offset == ends[4]  # loaded on first use
+    assert set(m.loaded_logs()) == {("a", 4)}
+    with pytest.raises(UnknownTopicOrPartitionError):
+        m.get_log("a", 6)
+    assert m.load_pending(3) == 6
+    assert len(m.loaded_logs()) == 4
+    m.shutdown()  # with 6 partitions never loaded: still clean, their checkpoints kept
+    assert read_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint")) == rp_before
+
+    m = manager([tmp_path])  # eager: everything, clean, with every record
+    assert {p: m.get_log("a", p).log_end_offset for p in range(6)} == ends
+    assert all(m.get_log("b", p).log_end_offset == 0 for p in range(4))
+    m.shutdown()
+
+    m = deferred_manager([tmp_path])
+    assert len(m.logs()) == 10 and m.loaded_logs().keys() == m.logs().keys()  # logs(): all of them
+    assert m.load_pending(100) == 0
+    m.shutdown()
+
+
+def test_deferred_partitions_of_a_deleted_topic_go_with_it(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("gone", 3)
+    _fill(m, "gone", 3, 2)
+    m.shutdown()
+    m = deferred_manager([tmp_path])
+    m.delete_topic("gone")
+    assert m.hosted() == set() and not any(n.startswith("gone-") for n in os.listdir(tmp_path))
+    m.shutdown()
+
+
+def test_nothing_is_deferred_after_an_unclean_stop(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("t", 2)
+    ends = _fill(m, "t", 2, 2)
+    for log in m.logs().values():
+        log.close_handlers()  # a kill: no clean-shutdown marker
+    m.unlock_dirs()
+    m = deferred_manager([tmp_path])
+    assert len(m.loaded_logs()) == 2  # recovered before serving
+    assert {p: m.get_log("t", p).log_end_offset for p in range(2)} == ends
+    m.shutdown()
+
+
+def test_a_stray_directory_is_set_aside_when_its_partition_loads(tmp_path):
+    m = manager([tmp_path])
+    m.create_topic("t", 1)
+    _fill(m, "t", 1, 2)
+    m.shutdown()
+    # the topic was deleted and created again while this directory stayed behind
+    meta = json.loads((tmp_path / TOPICS_FILE).read_text())
+    new_id = uuid.uuid4()
+    meta["topics"]["t"]["topic_id"] = str(new_id)
+    (tmp_path / TOPICS_FILE).write_text(json.dumps(meta))
+    m = deferred_manager([tmp_path])
+    log = m.get_log("t", 0)
+    assert log.log_end_offset == 0 and log.topic_id == new_id
+    assert any(n.startswith("t-0.") and n.endswith("-stray") for n in os.listdir(tmp_path))
+    m.shutdown()

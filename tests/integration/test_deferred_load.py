@@ -1,0 +1,69 @@
+"""After a clean stop, a broker of many partitions listens at once and loads them behind:
+clients produced to every partition, the broker restarts, and a consumer reading every
+partition right away (some partitions loaded on demand, the others in the background)
+gets every record, and a producer appends after them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.helpers import create_topic, start_broker, unique_topic
+
+pytestmark = [pytest.mark.timeout(240)]
+
+PARTITIONS = 300
+
+
+def _produce(bootstrap, topic, tag):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    errors = []
+    for part in range(PARTITIONS):
+        p.produce(topic, value=b"%s-%d" % (tag, part), partition=part,
+                  on_delivery=lambda err, msg: err and errors.append(err))
+    assert p.flush(60) == 0 and not errors
+
+
+def _read_all(bootstrap, topic, expect):
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, part, 0) for part in range(PARTITIONS)])
+    got: dict[int, list[bytes]] = {}
+    deadline = time.monotonic() + 90
+    while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.5):
+            if m.error() is None:
+                got.setdefault(m.partition(), []).append(m.value())
+    c.close()
+    return got
+
+
+def test_restart_serves_before_every_partition_is_loaded(tmp_path):
+    b = start_broker(tmp_path, {"num.partitions": 1})
+    try:
+        topic = unique_topic("deferred")
+        create_topic(b.bootstrap, topic, partitions=PARTITIONS)
+        _produce(b.bootstrap, topic, b"a")
+        b.stop()
+        b.start()
+        text = b.log_path.read_text()
+        this_start = text[text.rfind("===== start #2"):]
+        assert "load in the background" in this_start  # deferred, not loaded before listening
+        _produce(b.bootstrap, topic, b"b")
+        got = _read_all(b.bootstrap, topic, 2 * PARTITIONS)
+        assert got == {part: [b"a-%d" % part, b"b-%d" % part] for part in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while "partition log(s) loaded" not in b.log_path.read_text()[len(text) - len(this_start):]:
+            assert time.monotonic() < deadline, "the background load did not finish"
+            time.sleep(0.1)
+        b.stop()
+        b.start()  # and the checkpoints written meanwhile hold: a clean start again
+        got = _read_all(b.bootstrap, topic, 2 * PARTITIONS)
+        assert got == {part: [b"a-%d" % part, b"b-%d" % part] for part in range(PARTITIONS)}
+        assert "Traceback" not in b.log_path.read_text()
+    finally:
+        b.stop()
