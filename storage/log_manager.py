@@ -273,7 +273,7 @@ class LogManager:
             logger.warning("ignoring partition directory %s: topic %s-%d is not in %s",
                            path, topic, p, TOPICS_FILE)
         self._started = True
-        self._load_started = time.perf_counter()
+        self._load_started = started if self._pending else None  # load_pending logs the end
         logger.info("loaded %d partition log(s)%s from %d log dir(s) in %.3f s (%s)", len(self._logs),
                     f" ({len(self._pending)} more, cleanly shut down, load in the background)"
                     if self._pending else "", len(self.log_dirs), time.perf_counter() - started,
