@@ -27,9 +27,11 @@ log = logging.getLogger("chronolog.server")
 _DELETE_TICK_MS = 200
 # how often the log cleaner collects finished cleans and (after its backoff) starts new ones
 _CLEANER_TICK_MS = 100
-# partitions of a cleanly shut down log dir loaded per loop turn after start-up (about
-# 0.3 ms each: a slice keeps requests flowing meanwhile)
+# deferred partitions (a cleanly stopped log dir's at start-up, a large new topic's) loaded
+# or made per loop turn, about 0.3 ms each to load: slices keep requests flowing meanwhile
 _DEFERRED_LOAD_SLICE = 32
+_DEFERRED_LOAD_BUDGET_S = 0.01  # and at most this long a turn (making a partition can take ms)
+_DEFERRED_IDLE_S = 0.05  # how soon a large topic's partitions start being made after CreateTopics
 
 
 def _apply_dynamic_configs(listeners, static_cfg, effective_cfg) -> None:
@@ -286,11 +288,15 @@ class BrokerServer:
                 log.exception("periodic task %s failed", what)
 
     async def _load_deferred_logs(self) -> None:
-        """Load the partitions LogManager.startup(defer=True) left for later, a slice per
-        loop turn; a request for one of them loads it at once (LogManager.get_log)."""
+        """Load the partitions left for later (LogManager.startup(defer=True), and
+        create_topic(defer=True) for a large topic), a slice per loop turn while there are
+        some; a request for one of them loads it at once (LogManager.get_log)."""
         lm = self.log_manager
-        while lm.load_pending(_DEFERRED_LOAD_SLICE):
-            await asyncio.sleep(0)
+        while True:
+            if lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
+                await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(_DEFERRED_IDLE_S)
 
     async def _flush_loop(self) -> None:
         interval_ms = getattr(self.config, "log_flush_scheduler_interval_ms", None)

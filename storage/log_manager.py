@@ -137,8 +137,9 @@ def _default_topic_config_factory(broker_config, overrides: dict[str, str]):
 
 @dataclass
 class _PendingLog:
-    """A partition of a cleanly shut down log dir, not loaded yet: its directory and the
-    checkpointed values it will be loaded with."""
+    """A partition not loaded yet: of a cleanly shut down log dir, or of a topic created
+    with ``defer`` and not made yet (its directory does not exist); its directory and
+    the checkpointed values it will be loaded with."""
 
     path: str
     recovery_point: int | None
@@ -252,6 +253,7 @@ class LogManager:
                                  tp[0], tp[1], found[tp], path)
                     continue
                 found[tp] = path
+        not_made, pick = 0, None
         for name, entry in meta.items():
             overrides = {str(k): str(v) for k, v in (entry.get("configs") or {}).items()}
             info = TopicInfo(name=name, topic_id=uuid.UUID(entry["topic_id"]),
@@ -267,6 +269,14 @@ class LogManager:
                 if path is not None and clean.get(d, False) and defer:
                     # nothing to recover: loaded on first use or in the background
                     self._pending[(name, p)] = pending
+                elif (path is None and defer
+                      and not any((name, p) in points for points in recovery_points.values())):
+                    # created in the background (create_topic(defer=True)) and not made
+                    # before the stop: it never held a record, nothing is missing
+                    pick = pick or self._log_dir_picker()
+                    pending.path = os.path.join(pick(), f"{name}-{p}")
+                    self._pending[(name, p)] = pending
+                    not_made += 1
                 else:
                     self._load_partition(name, p, pending, clean.get(d, False))
         for (topic, p), path in found.items():
@@ -274,6 +284,9 @@ class LogManager:
                            path, topic, p, TOPICS_FILE)
         self._started = True
         self._load_started = started if self._pending else None  # load_pending logs the end
+        if not_made:
+            logger.info("%d partition(s) of topics created before the stop were not made yet; they are made "
+                        "in the background", not_made)
         logger.info("loaded %d partition log(s)%s from %d log dir(s) in %.3f s (%s)", len(self._logs),
                     f" ({len(self._pending)} more, cleanly shut down, load in the background)"
                     if self._pending else "", len(self.log_dirs), time.perf_counter() - started,
@@ -283,7 +296,8 @@ class LogManager:
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
 
-    def _load_partition(self, name: str, p: int, pending: "_PendingLog", clean: bool) -> Log:
+    def _load_partition(self, name: str, p: int, pending: "_PendingLog", clean: bool,
+                        sync_new_files: bool = True) -> Log:
         info = self._topics[name]
         path, recorded = pending.path, False
         if path is not None:
@@ -295,18 +309,28 @@ class LogManager:
             path, info.config, self.clock, topic=name, partition=p,
             recovery_point=pending.recovery_point, log_start_offset=pending.log_start_offset,
             had_clean_shutdown=clean, producer_id_expiration_ms=self._pid_expiration_ms(),
-            leader_epoch=LEADER_EPOCH, topic_id=info.topic_id, topic_id_recorded=recorded)
+            leader_epoch=LEADER_EPOCH, topic_id=info.topic_id, topic_id_recorded=recorded,
+            sync_new_files=sync_new_files)
         return log
 
     def _load_deferred(self, key: tuple[str, int]) -> Log | None:
         pending = self._pending.pop(key, None)
         if pending is None:
             return None
-        return self._load_partition(key[0], key[1], pending, True)
+        # a partition of a deferred topic, made now: its partition.metadata and epoch
+        # checkpoint without fsyncs (an empty partition loses nothing in a crash, and the
+        # next start rewrites a torn file)
+        fresh = not os.path.isdir(pending.path)
+        return self._load_partition(key[0], key[1], pending, True, sync_new_files=not fresh)
 
-    def load_pending(self, limit: int) -> int:
-        """Load up to ``limit`` deferred partitions; returns how many are left."""
+    def load_pending(self, limit: int, budget_s: float | None = None) -> int:
+        """Load up to ``limit`` deferred partitions, stopping early once ``budget_s``
+        seconds have gone (a partition made on a busy disk takes milliseconds); returns
+        how many are left."""
+        t0 = time.perf_counter()
         for _ in range(min(limit, len(self._pending))):
+            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                break
             key = next(iter(self._pending))
             try:
                 self._load_deferred(key)
@@ -428,8 +452,26 @@ class LogManager:
         return TopicInfo(name=name, topic_id=uuid.uuid4(), num_partitions=partitions,
                          config=topic_config, overrides=overrides)
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                     defer: bool = False) -> TopicInfo:
+        """Create a topic and its partitions' logs. ``defer``: the topic exists (topics.json)
+        at once and its partitions are made as deferred ones load: on first use or by
+        load_pending (10,000 partitions take seconds of file creation, which a broker must
+        not spend in one go on its event loop; Kafka's brokers make them asynchronously too)."""
         info = self.validate_new_topic(name, partitions, configs)
+        if defer:
+            pick = self._log_dir_picker()
+            for p in range(partitions):
+                self._pending[(name, p)] = _PendingLog(os.path.join(pick(), f"{name}-{p}"), None, None)
+            self._topics[name] = info
+            try:
+                self._write_metadata()
+            except BaseException:
+                self._topics.pop(name, None)
+                for p in range(partitions):
+                    self._pending.pop((name, p), None)
+                raise
+            return info
         topic_config = info.config
         created = []
         try:
@@ -460,7 +502,11 @@ class LogManager:
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         for p in range(info.num_partitions):
-            self._load_deferred((name, p))
+            pending = self._pending.get((name, p))
+            if pending is not None and not os.path.isdir(pending.path):
+                del self._pending[(name, p)]  # never made: nothing on disk
+            else:
+                self._load_deferred((name, p))
             for callback in self.on_partition_deleted:
                 callback(name, p)
         logs = [self._logs.pop((name, p)) for p in range(info.num_partitions) if (name, p) in self._logs]
@@ -610,14 +656,24 @@ class LogManager:
 
     # ------------------------------------------------------------------ internals
     def _next_log_dir(self) -> str:
+        return self._log_dir_picker()()
+
+    def _log_dir_picker(self) -> Callable[[], str]:
+        """Picks the log dir with the fewest partitions (loaded or deferred), counting
+        each pick: one count for a whole topic's partitions, not one per partition."""
         if len(self.log_dirs) == 1:
-            return self.log_dirs[0]
+            return lambda: self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
         for parent in [os.path.dirname(os.path.abspath(log.dir)) for log in self._logs.values()] + [
                 os.path.dirname(os.path.abspath(pl.path)) for pl in self._pending.values()]:
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
+
+        def pick() -> str:
+            d = min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
+            counts[d] += 1
+            return d
+        return pick
 
     def _read_newest(self, name: str, version: int) -> dict | None:
         """The JSON document ``name`` with the highest ``generation`` over the log dirs

@@ -15,6 +15,10 @@ from config.describe import BrokerLayers, topic_entries
 
 log = logging.getLogger("chronolog.create_topics")
 
+#: partitions from which CreateTopics makes the topic's logs after answering (on first use
+#: and in the background): making each costs a few file creations, 10,000 of them seconds
+DEFER_CREATE_AT = 64
+
 Result = CreateTopicsResponse.CreatableTopicResult
 
 
@@ -72,7 +76,9 @@ def handle(ctx, header, request, session=None):
             info = lm.validate_new_topic(name, partitions, configs)
             if not request.validate_only:
                 mutations.record(partitions)  # controller_mutation_rate, after validation as Kafka
-                info = lm.create_topic(name, partitions, configs)
+                # a large topic's partitions are made behind the answer, as Kafka's
+                # brokers make them after the controller has created the topic
+                info = lm.create_topic(name, partitions, configs, defer=partitions >= DEFER_CREATE_AT)
         except ThrottlingQuotaExceeded as exc:
             results.append(_error(name, ErrorCode.THROTTLING_QUOTA_EXCEEDED, str(exc)))
             continue

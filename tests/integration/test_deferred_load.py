@@ -67,3 +67,33 @@ def test_restart_serves_before_every_partition_is_loaded(tmp_path):
         assert "Traceback" not in b.log_path.read_text()
     finally:
         b.stop()
+
+
+def test_a_large_topic_is_answered_at_once_and_made_behind(tmp_path):
+    """CreateTopics of a large topic returns when the topic exists; its partitions are
+    made on first use and in the background. A SIGKILL right after the creation, before
+    they are all made, leaves a topic whose every partition works after the restart, and
+    no warning of missing partitions."""
+    b = start_broker(tmp_path, {"num.partitions": 1})
+    try:
+        topic = unique_topic("large")
+        create_topic(b.bootstrap, topic, partitions=PARTITIONS)
+        made = len([d for d in b.log_dir.iterdir() if d.name.startswith(topic + "-")])
+        b.kill()
+        assert made < PARTITIONS  # answered before every partition was made
+        b.start()
+        _produce(b.bootstrap, topic, b"a")
+        got = _read_all(b.bootstrap, topic, PARTITIONS)
+        assert got == {part: [b"a-%d" % part] for part in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while len([d for d in b.log_dir.iterdir() if d.name.startswith(topic + "-")]) < PARTITIONS:
+            assert time.monotonic() < deadline, "the partitions were not made in the background"
+            time.sleep(0.1)
+        b.stop()
+        b.start()
+        got = _read_all(b.bootstrap, topic, PARTITIONS)
+        assert got == {part: [b"a-%d" % part] for part in range(PARTITIONS)}
+        text = b.log_path.read_text()
+        assert "is missing" not in text and "Traceback" not in text
+    finally:
+        b.stop()

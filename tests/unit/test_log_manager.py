@@ -323,3 +323,41 @@ def test_a_stray_directory_is_set_aside_when_its_partition_loads(tmp_path):
     assert log.log_end_offset == 0 and log.topic_id == new_id
     assert any(n.startswith("t-0.") and n.endswith("-stray") for n in os.listdir(tmp_path))
     m.shutdown()
+
+
+def test_a_deferred_topic_exists_at_once_and_its_partitions_are_made_as_they_load(tmp_path, caplog):
+    import logging
+
+    m = deferred_manager([tmp_path])
+    info = m.create_topic("big", 40, defer=True)
+    assert info.num_partitions == 40 and m.get_topic("big") is info
+    assert not any(n.startswith("big-") for n in os.listdir(tmp_path))  # nothing made yet
+    assert json.loads((tmp_path / TOPICS_FILE).read_text())["topics"]["big"]["partitions"] == 40
+    log = m.get_log("big", 7)  # made on first use, with the topic id
+    append(log, [build_batch([(10_000, b"x")])])
+    assert (tmp_path / "big-7" / "partition.metadata").exists()
+    assert m.load_pending(10) == 29
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("big-")]) == 11
+    m.shutdown()  # 29 never made
+    with caplog.at_level(logging.INFO, logger="storage.log_manager"):
+        m = deferred_manager([tmp_path])
+    assert not [r for r in caplog.records if "is missing" in r.getMessage()]  # not a loss: never made
+    assert any("were not made yet" in r.getMessage() for r in caplog.records)
+    assert m.get_log("big", 7).log_end_offset == 1
+    assert m.load_pending(100) == 0
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("big-")]) == 40
+    m.shutdown()
+
+
+def test_deleting_a_deferred_topic_before_its_partitions_are_made(tmp_path):
+    m = deferred_manager([tmp_path, tmp_path / "second"])
+    m.create_topic("big", 10, defer=True)
+    m.get_log("big", 3)
+    m.delete_topic("big")
+    assert m.hosted() == set() and m.get_topic("big") is None
+    assert not any(n.startswith("big-") for d in (tmp_path, tmp_path / "second") for n in os.listdir(d))
+    m.create_topic("big", 4, defer=True)  # the name is free again
+    assert m.load_pending(100) == 0
+    dirs = [d for d in (tmp_path, tmp_path / "second") for n in os.listdir(d) if n.startswith("big-")]
+    assert len(dirs) == 4 and len(set(dirs)) == 2  # spread over both log dirs
+    m.shutdown()
