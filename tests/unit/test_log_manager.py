@@ -308,23 +308,6 @@ def test_nothing_is_deferred_after_an_unclean_stop(tmp_path):
     m.shutdown()
 
 
-def test_a_stray_directory_is_set_aside_when_its_partition_loads(tmp_path):
-    m = manager([tmp_path])
-    m.create_topic("t", 1)
-    _fill(m, "t", 1, 2)
-    m.shutdown()
-    # the topic was deleted and created again while this directory stayed behind
-    meta = json.loads((tmp_path / TOPICS_FILE).read_text())
-    new_id = uuid.uuid4()
-    meta["topics"]["t"]["topic_id"] = str(new_id)
-    (tmp_path / TOPICS_FILE).write_text(json.dumps(meta))
-    m = deferred_manager([tmp_path])
-    log = m.get_log("t", 0)
-    assert log.log_end_offset == 0 and log.topic_id == new_id
-    assert any(n.startswith("t-0.") and n.endswith("-stray") for n in os.listdir(tmp_path))
-    m.shutdown()
-
-
 def test_a_deferred_topic_exists_at_once_and_its_partitions_are_made_as_they_load(tmp_path, caplog):
     import logging
 

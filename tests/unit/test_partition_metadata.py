@@ -11,7 +11,7 @@ import pytest
 from storage import partition_metadata as PM
 from storage.log_manager import TOPICS_FILE
 from tests.unit.test_log_helpers import append, build_batch
-from tests.unit.test_log_manager import manager
+from tests.unit.test_log_manager import deferred_manager, manager
 
 
 def test_kafka_uuid_strings_round_trip():
@@ -53,7 +53,8 @@ def test_every_partition_records_its_topic_id_and_keeps_it(tmp_path):
     m.shutdown()
 
 
-def test_a_directory_of_an_earlier_topic_id_is_set_aside(tmp_path, caplog):
+@pytest.mark.parametrize("deferred", [False, True], ids=["loaded-at-start", "loaded-on-first-use"])
+def test_a_directory_of_an_earlier_topic_id_is_set_aside(tmp_path, caplog, deferred):
     m = manager([tmp_path])
     old = m.create_topic("events", 1)
     append(m.get_log("events", 0), [build_batch([(1000, b"old")])])
@@ -66,7 +67,7 @@ def test_a_directory_of_an_earlier_topic_id_is_set_aside(tmp_path, caplog):
     new_id = uuid.uuid4()
     doc["topics"]["events"]["topic_id"] = str(new_id)
     (tmp_path / TOPICS_FILE).write_text(json.dumps(doc))
-    m = manager([tmp_path])
+    m = (deferred_manager if deferred else manager)([tmp_path])  # deferred: the check runs at first use
     log = m.get_log("events", 0)
     assert log.log_end_offset == 0 and PM.read(log.dir) == new_id
     stray = tmp_path / f"events-0.{old.topic_id.hex}-stray"
