@@ -31,7 +31,6 @@ _CLEANER_TICK_MS = 100
 # or made per loop turn, about 0.3 ms each to load: slices keep requests flowing meanwhile
 _DEFERRED_LOAD_SLICE = 32
 _DEFERRED_LOAD_BUDGET_S = 0.01  # and at most this long a turn (making a partition can take ms)
-_DEFERRED_IDLE_S = 0.05  # how soon a large topic's partitions start being made after CreateTopics
 
 
 def _apply_dynamic_configs(listeners, static_cfg, effective_cfg) -> None:
@@ -292,11 +291,13 @@ class BrokerServer:
         create_topic(defer=True) for a large topic), a slice per loop turn while there are
         some; a request for one of them loads it at once (LogManager.get_log)."""
         lm = self.log_manager
+        more = asyncio.Event()
+        lm.on_deferred.append(more.set)
         while True:
-            if lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
+            more.clear()
+            while lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
                 await asyncio.sleep(0)
-            else:
-                await asyncio.sleep(_DEFERRED_IDLE_S)
+            await more.wait()
 
     async def _flush_loop(self) -> None:
         interval_ms = getattr(self.config, "log_flush_scheduler_interval_ms", None)

@@ -146,8 +146,6 @@ class Log:
         self._bases: list[int] = []
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        self._listing: set[str] | None = None  # the directory's files while _load opens segments
-        self._load_names: list[str] | None = None
         # the topic id this directory belongs to (partition.metadata, KIP-516); the log
         # manager has already set aside a directory recorded with another id, and says
         # (topic_id_recorded) when it read this one's file and found the id there
@@ -160,7 +158,7 @@ class Log:
             partition_metadata.write(self.dir, topic_id, sync=sync_new_files)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments
-        self._load(rp, had_clean_shutdown)
+        names = self._load(rp, had_clean_shutdown)
         self._hw = self._leo
         if log_start_offset is not None and log_start_offset > self._log_start_offset:
             self._log_start_offset = min(int(log_start_offset), self._leo)
@@ -171,8 +169,8 @@ class Log:
         try:
             self._producer_state = ProducerStateManager(
                 self.dir, topic_partition=f"{self.topic}-{self.partition}",
-                expiration_ms=self._producer_id_expiration_ms(), listing=self._load_names)
-            self._load_names = None
+                # the snapshot files are those _load listed, unless a recovery changed them
+                expiration_ms=self._producer_id_expiration_ms(), listing=names if had_clean_shutdown else None)
             self._producer_state.remove_stray_snapshots(self._bases)
             if self._first_recovered_base is not None:
                 # recovered segments are replayed whole, so that their ongoing transactions
@@ -190,9 +188,8 @@ class Log:
         self.last_flush_ms = clock.monotonic_ms()
 
     # ------------------------------------------------------------------ loading
-    def _open_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng,
-                               existing=self._listing)
+    def _open_segment(self, base_offset: int, existing: set[str] | None = None) -> LogSegment:
+        return LogSegment.open(self.dir, base_offset, self.config, self.clock, self._rng, existing=existing)
 
     def _complete_swaps(self) -> list[str] | None:
         """Kafka's LogLoader passes over a crash in the middle of a clean (see the module
@@ -252,13 +249,12 @@ class Log:
                 os.replace(os.path.join(self.dir, name), os.path.join(self.dir, name[: -len(SWAP_SUFFIX)]))
         fsync_dir(self.dir)
 
-    def _load(self, recovery_point: int, clean: bool) -> None:
+    def _load(self, recovery_point: int, clean: bool) -> list[str]:
+        """Open and check the segments; returns the directory's listing."""
         names = self._complete_swaps()
         if names is None:
             names = os.listdir(self.dir)
-        self._listing = set(names)  # _open_segment: which files exist, without a stat each
-        # the producer state's snapshot list (a recovery may change the files)
-        self._load_names = names if clean else None
+        listing = set(names)  # which files exist, without a stat each
         logs: list[int] = []
         others: list[tuple[int, str]] = []
         for name in names:
@@ -282,10 +278,9 @@ class Log:
         logs.sort()
         try:
             for base in logs:
-                self._segments.append(self._open_segment(base))
+                self._segments.append(self._open_segment(base, listing))
             if not self._segments:
-                self._segments.append(self._open_segment(0))
-            self._listing = None
+                self._segments.append(self._open_segment(0, listing))
             self._bases = [s.base_offset for s in self._segments]
             self._check_segments(recovery_point, clean)
         except BaseException:
@@ -297,6 +292,7 @@ class Log:
         self._last_append_time_ms = -1
         if last_hdr is not None and last_hdr.attributes & _TIMESTAMP_TYPE_BIT:
             self._last_append_time_ms = last_hdr.max_timestamp
+        return names
 
     def _index_problem(self, seg: LogSegment, next_base: int | None) -> str | None:
         """Why the segment's indexes cannot be trusted, or None (SPEC 6 sanity check)."""

@@ -158,9 +158,12 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in dirs]
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], Log] = {}
-        # partitions of a cleanly shut down log dir not loaded yet (_PendingLog): loaded
-        # on first use (get_log, logs()) or by load_pending() in the background
+        # partitions not loaded yet (_PendingLog: a cleanly shut down log dir's, a deferred
+        # topic's not made yet): loaded on first use (get_log, logs()) or by load_pending()
         self._pending: dict[tuple[str, int], _PendingLog] = {}
+        # called when create_topic(defer=True) leaves partitions for load_pending (the
+        # broker wakes its background loader)
+        self.on_deferred: list[Callable[[], None]] = []
         self._load_started: float | None = None  # perf_counter at start-up while some are deferred
         self._generation = 0
         self._started = False
@@ -471,12 +474,15 @@ class LogManager:
                 for p in range(partitions):
                     self._pending.pop((name, p), None)
                 raise
+            for callback in self.on_deferred:
+                callback()
             return info
         topic_config = info.config
         created = []
+        pick = self._log_dir_picker()
         try:
             for p in range(partitions):
-                path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+                path = os.path.join(pick(), f"{name}-{p}")
                 log = Log(path, topic_config, self.clock, topic=name, partition=p,
                           producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
                           topic_id=info.topic_id, sync_new_files=False)
@@ -743,9 +749,10 @@ class LogManager:
             return TopicInfo(name=info.name, topic_id=info.topic_id, num_partitions=new_total,
                              config=info.config, overrides=dict(info.overrides))
         created = []
+        pick = self._log_dir_picker()
         try:
             for p in range(current, new_total):
-                path = os.path.join(self._next_log_dir(), f"{name}-{p}")
+                path = os.path.join(pick(), f"{name}-{p}")
                 log = Log(path, info.config, self.clock, topic=name, partition=p,
                           producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
                           topic_id=info.topic_id)

@@ -178,7 +178,9 @@ class LogSegment:
         self.offset_index_path = os.path.join(self.dir, offset_index_file_name(self.base_offset) + suffix)
         self.time_index_path = os.path.join(self.dir, time_index_file_name(self.base_offset) + suffix)
         self.txn_index_path = os.path.join(self.dir, txn_index_file_name(self.base_offset) + suffix)
-        exists = os.path.exists if existing is None else (lambda p: os.path.basename(p) in existing)
+        def exists(path: str) -> bool:
+            return os.path.exists(path) if existing is None else os.path.basename(path) in existing
+
         log_existed = exists(self.log_path)
         # a .log found on disk without its indexes must be re-indexed (Log does it)
         self.offset_index_existed = exists(self.offset_index_path) or not log_existed
@@ -186,14 +188,13 @@ class LogSegment:
         self._file = _LogFile(self.log_path)
         try:
             self._size = os.fstat(self._file.fileno()).st_size
-            known = existing is not None
             self.offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size,
-                                            exists=exists(self.offset_index_path) if known else None)
+                                            exists=exists(self.offset_index_path))
             self.time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size,
-                                        exists=exists(self.time_index_path) if known else None)
+                                        exists=exists(self.time_index_path))
             # the aborted transactions whose ABORT marker is in this segment (file made on first use)
             self.txn_index = TransactionIndex(self.txn_index_path, self.base_offset,
-                                              exists=exists(self.txn_index_path) if known else None)
+                                              exists=exists(self.txn_index_path))
         except BaseException:
             self._file.close()
             raise

@@ -1227,3 +1227,36 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.2):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def produce_to_partitions(bootstrap: str, topic: str, items, **config) -> None:
+    """confluent-kafka, acks=all: ``items`` are (partition, value, timestamp or None);
+    fails unless every record is acknowledged."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **config})
+    errors = []
+    for partition, value, ts in items:
+        kw = {} if ts is None else {"timestamp": ts}
+        p.produce(topic, value=value, partition=partition, on_delivery=lambda err, msg: err and errors.append(err),
+                  **kw)
+        p.poll(0)
+    assert p.flush(60) == 0 and not errors, errors[:3]
+
+
+def consume_partitions(bootstrap: str, topic: str, partitions: int, expect: int,
+                       timeout: float = 60) -> dict[int, list[bytes]]:
+    """confluent-kafka assigned every partition from offset 0: the values read, by
+    partition, once ``expect`` records have come (or ``timeout``)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, part, 0) for part in range(partitions)])
+    got: dict[int, list[bytes]] = {}
+    deadline = time.monotonic() + timeout
+    while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.5):
+            if m.error() is None:
+                got.setdefault(m.partition(), []).append(m.value())
+    c.close()
+    return got

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from tests.integration.helpers import create_topic, start_broker, unique_topic
+from tests.integration.helpers import (consume_partitions, create_topic, produce_to_partitions, start_broker,
+                                       unique_topic)
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -17,29 +18,11 @@ PARTITIONS = 300
 
 
 def _produce(bootstrap, topic, tag):
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
-    errors = []
-    for part in range(PARTITIONS):
-        p.produce(topic, value=b"%s-%d" % (tag, part), partition=part,
-                  on_delivery=lambda err, msg: err and errors.append(err))
-    assert p.flush(60) == 0 and not errors
+    produce_to_partitions(bootstrap, topic, [(part, b"%s-%d" % (tag, part), None) for part in range(PARTITIONS)])
 
 
 def _read_all(bootstrap, topic, expect):
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, part, 0) for part in range(PARTITIONS)])
-    got: dict[int, list[bytes]] = {}
-    deadline = time.monotonic() + 90
-    while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error() is None:
-                got.setdefault(m.partition(), []).append(m.value())
-    c.close()
-    return got
+    return consume_partitions(bootstrap, topic, PARTITIONS, expect, timeout=90)
 
 
 def test_restart_serves_before_every_partition_is_loaded(tmp_path):

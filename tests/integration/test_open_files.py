@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from tests.integration.helpers import create_topic, start_broker, unique_topic
+from tests.integration.helpers import (consume_partitions, create_topic, produce_to_partitions, start_broker,
+                                       unique_topic)
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -26,36 +27,19 @@ def _value(tag, part, r):
 
 
 def _produce(bootstrap, topic, rounds, tag):
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": "all", "batch.size": 1500})
-    errors = []
-    for r in range(rounds):
-        for part in range(PARTITIONS):
-            p.produce(topic, value=_value(tag, part, r), partition=part, timestamp=1_700_000_000_000 + r,
-                      on_delivery=lambda err, msg: err and errors.append(err))
-        p.poll(0)
-    assert p.flush(60) == 0 and not errors
+    produce_to_partitions(bootstrap, topic, [(part, _value(tag, part, r), 1_700_000_000_000 + r)
+                                             for r in range(rounds) for part in range(PARTITIONS)],
+                          **{"linger.ms": 2, "batch.size": 1500})
 
 
-def _consume_all(bootstrap, topic, expect):
+def _offsets_for_times(bootstrap, topic, ts):
+    """Search by time in every partition: the time indexes, reopened on demand."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, part, 0) for part in range(PARTITIONS)])
-    got: dict[int, list[bytes]] = {}
-    import time
-
-    deadline = time.monotonic() + 60
-    while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error() is None:
-                got.setdefault(m.partition(), []).append(m.value())
-    # search by time in every partition: the time indexes, reopened on demand
-    found = c.offsets_for_times([TopicPartition(topic, part, 1_700_000_000_000 + 3)
-                                 for part in range(PARTITIONS)], timeout=30)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g")})
+    found = c.offsets_for_times([TopicPartition(topic, part, ts) for part in range(PARTITIONS)], timeout=30)
     c.close()
-    return got, {tp.partition: tp.offset for tp in found}
+    return {tp.partition: tp.offset for tp in found}
 
 
 def test_more_segment_files_than_the_bound(tmp_path):
@@ -68,7 +52,8 @@ def test_more_segment_files_than_the_bound(tmp_path):
         _produce(b.bootstrap, topic, 40, b"a")
         # sockets and the like aside, the broker's descriptors grew by at most the bound
         assert _fds(b.proc.pid) - base <= BOUND + 8
-        got, by_time = _consume_all(b.bootstrap, topic, PARTITIONS * 40)
+        got = consume_partitions(b.bootstrap, topic, PARTITIONS, PARTITIONS * 40)
+        by_time = _offsets_for_times(b.bootstrap, topic, 1_700_000_000_000 + 3)
         for part in range(PARTITIONS):
             assert got[part] == [_value(b"a", part, r) for r in range(40)], part
             assert by_time[part] == 3
@@ -80,7 +65,7 @@ def test_more_segment_files_than_the_bound(tmp_path):
         _produce(b.bootstrap, topic, 5, b"b")
         b.kill()  # unclean: recovery from the recovery points
         b.start()
-        got, _ = _consume_all(b.bootstrap, topic, PARTITIONS * 45)
+        got = consume_partitions(b.bootstrap, topic, PARTITIONS, PARTITIONS * 45)
         for part in range(PARTITIONS):
             assert got[part] == ([_value(b"a", part, r) for r in range(40)]
                                  + [_value(b"b", part, r) for r in range(5)]), part
