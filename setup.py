@@ -75,7 +75,7 @@ setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     package_data={PREFIX + "protocol": ["schemas/*.json", "schemas/LICENSE", "schemas/NOTICE",
-                                        "schemas/KAFKA_COMMIT"]},
+                                        "schemas/KAFKA_COMMIT", "schemas/SHARE_GROUPS.md"]},
     entry_points={"console_scripts": [f"chronolog = {PREFIX}broker.cli:main"]},
     cmdclass={"build_py": namespaced_build_py},
     ext_modules=[
