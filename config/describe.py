@@ -383,7 +383,7 @@ def group_entries(broker_cfg, overrides: Mapping[str, str], keys=None, include_s
     """ConfigHelper.createGroupConfigEntry for every group config (or ``keys``): the
     group's override (GROUP_CONFIG) else the broker's default (DEFAULT_CONFIG), its one
     synonym the entry itself."""
-    from config.group_config import GROUP_CONFIG_NAMES, GROUP_DOCS, effective_group_config
+    from config.group_config import GROUP_CONFIG_NAMES, GROUP_DOCS, effective_group_config, group_config_type
 
     values = effective_group_config(broker_cfg, overrides)
     wanted = None if not keys else set(keys)
@@ -394,7 +394,8 @@ def group_entries(broker_cfg, overrides: Mapping[str, str], keys=None, include_s
         value = str(values[name])
         source = GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
         out.append(Entry(name, value, source, False, False,
-                         [Synonym(name, value, source)] if include_synonyms else [], CONFIG_TYPE_IDS[T.INT],
+                         [Synonym(name, value, source)] if include_synonyms else [],
+                         CONFIG_TYPE_IDS[group_config_type(name)],
                          GROUP_DOCS.get(name) if include_documentation else None))
     return out
 

@@ -586,7 +586,11 @@ def test_group_config_resources(broker_factory):
         "consumer.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG.value),
         "share.session.timeout.ms": ("45000", ConfigSource.DEFAULT_CONFIG.value),
         "share.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG.value),
-        "share.record.lock.duration.ms": ("30000", ConfigSource.DEFAULT_CONFIG.value)}
+        "share.record.lock.duration.ms": ("30000", ConfigSource.DEFAULT_CONFIG.value),
+        "share.delivery.count.limit": ("5", ConfigSource.DEFAULT_CONFIG.value),
+        "share.partition.max.record.locks": ("2000", ConfigSource.DEFAULT_CONFIG.value),
+        "share.auto.offset.reset": ("latest", ConfigSource.DEFAULT_CONFIG.value),
+        "share.isolation.level": ("read_uncommitted", ConfigSource.DEFAULT_CONFIG.value)}
     ck_incremental(b.bootstrap, ResourceType.GROUP, "billing", [("consumer.session.timeout.ms", "SET", "55000"),
                                                                 ("consumer.heartbeat.interval.ms", "SET", "6000")])
     d = ck_describe(b.bootstrap, ResourceType.GROUP, "billing")

@@ -17,7 +17,9 @@ def test_defaults_come_from_the_broker():
     assert effective_group_config(b, {}) == {
         "consumer.session.timeout.ms": 50000, "consumer.heartbeat.interval.ms": 5000,
         "share.session.timeout.ms": 45000, "share.heartbeat.interval.ms": 5000,
-        "share.record.lock.duration.ms": 20000}
+        "share.record.lock.duration.ms": 20000, "share.delivery.count.limit": 5,
+        "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_uncommitted"}
     assert effective_group_config(b, {"consumer.heartbeat.interval.ms": "7000"})["consumer.heartbeat.interval.ms"] == 7000
 
 
@@ -35,6 +37,12 @@ def test_defaults_come_from_the_broker():
      "share.heartbeat.interval.ms must be less than or equal to group.share.max.heartbeat.interval.ms"),
     ({"share.record.lock.duration.ms": "14999"},
      "share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms"),
+    ({"share.delivery.count.limit": "11"},
+     "share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit"),
+    ({"share.partition.max.record.locks": "99"}, "share.partition.max.record.locks"),
+    ({"share.auto.offset.reset": "newest"}, "share.auto.offset.reset"),
+    ({"share.auto.offset.reset": "by_duration:1h"}, "share.auto.offset.reset"),
+    ({"share.isolation.level": "committed"}, "share.isolation.level"),
 ])
 def test_invalid_group_configs(props, message):
     with pytest.raises(GroupConfigError, match=message):
@@ -70,3 +78,14 @@ def test_group_entries_sources_and_filter():
     assert (entries[1].value, entries[1].source) == ("5000", DEFAULT_CONFIG)
     only = group_entries(b, {}, keys=["share.session.timeout.ms"])
     assert [(e.name, e.synonyms, e.documentation) for e in only] == [("share.session.timeout.ms", [], None)]
+
+
+def test_share_string_configs():
+    b = broker()
+    for value in ("latest", "earliest", "by_duration:PT1H", "by_duration:P1DT2H"):
+        validate_group_config({"share.auto.offset.reset": value}, b)
+    validate_group_config({"share.isolation.level": "read_committed"}, b)
+    got = effective_group_config(b, {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3"})
+    assert got["share.auto.offset.reset"] == "earliest" and got["share.delivery.count.limit"] == 3
+    types = {e.name: e.config_type for e in group_entries(b, {})}
+    assert types["share.auto.offset.reset"] == 2 and types["share.delivery.count.limit"] == 3  # STRING, INT
