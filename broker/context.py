@@ -26,6 +26,10 @@ class BrokerContext:
     producer_ids: object = None
     # broker.coordinator.GroupCoordinator once __consumer_offsets is loaded (None before)
     group_coordinator: object = None
+    # share groups (KIP-932): broker.share.group.ShareGroups and
+    # broker.share.partitions.SharePartitionManager once __share_group_state is loaded
+    share_groups: object = None
+    share_partitions: object = None
     # broker.coordinator.transaction.TransactionCoordinator once __transaction_state is loaded
     txn_coordinator: object = None
     # broker.metrics.BrokerMetrics when metrics.port > 0, else None (hooks are no-ops)

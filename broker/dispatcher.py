@@ -43,6 +43,13 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     16: (0, 5, handlers.list_groups.handle),
     68: (0, 1, handlers.consumer_group_heartbeat.handle),
     69: (0, 1, handlers.consumer_group_describe.handle),
+    76: (1, 1, handlers.share_group_heartbeat.handle),
+    77: (1, 1, handlers.share_group_describe.handle),
+    78: (1, 1, handlers.share_fetch.handle),
+    79: (1, 1, handlers.share_acknowledge.handle),
+    90: (0, 0, handlers.describe_share_group_offsets.handle),
+    91: (0, 0, handlers.alter_share_group_offsets.handle),
+    92: (0, 0, handlers.delete_share_group_offsets.handle),
     42: (0, 2, handlers.delete_groups.handle),
     47: (0, 0, handlers.offset_delete.handle),
     18: (0, 4, handlers.api_versions.handle),
@@ -144,6 +151,9 @@ class Dispatcher:
     def connection_closed(self, conn) -> None:
         if conn.session is not None:
             self.limits.release(conn)
+            shares = self.ctx.share_partitions
+            if shares is not None and shares.sessions:
+                shares.connection_closed(conn.session)
 
     def dispatch(self, conn, frame: bytes):
         """Returns None (no response), a list of chunks, or an awaitable of chunks."""

@@ -180,6 +180,11 @@ class BrokerServer:
         ctx.group_coordinator = start_group_coordinator(ctx)
         self._tasks.append(asyncio.ensure_future(self._periodic(
             "offsets expiration", cfg.offsets_retention_check_interval_ms, ctx.group_coordinator.expire_offsets)))
+        # share groups (KIP-932): replay __share_group_state; acquisition locks expire on a 100 ms tick
+        from broker.share.service import start_share_groups
+
+        shares = start_share_groups(ctx, ctx.group_coordinator)
+        self._tasks.append(asyncio.ensure_future(self._periodic("share lock expiry", 100, shares.expire_locks)))
         # transaction coordinator: replay __transaction_state, finish prepared transactions
         from broker.coordinator.txn_service import start_transaction_coordinator
 

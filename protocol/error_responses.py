@@ -109,6 +109,8 @@ def _build(cls, spec, req: Any, version: int, code: int, message: str | None, to
             kwargs[name] = message if message is not None or f.nullable_in(version) else ""
         elif name == "throttle_time_ms":
             kwargs[name] = 0
+        elif f.type == "records" and not f.nullable_in(version):
+            kwargs[name] = b""  # ShareFetch v1+: an empty record set, never null
         elif f.is_array and f.struct is not None:
             elem_cls = getattr(top, f.struct.name)
             kwargs[name] = [_build(elem_cls, f.struct, item, version, code, message, top)

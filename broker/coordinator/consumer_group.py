@@ -434,6 +434,8 @@ class ConsumerGroups:
 
     def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
         coord = self.coord
+        if coord.is_share_group(group_id):
+            raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         g = coord.group(group_id)
         if isinstance(g, ConsumerGroup):
             return g

@@ -281,6 +281,8 @@ class GroupCoordinator:
             consumer_groups = dict(topic_metadata=lambda topic: None)
 
         self.consumer = ConsumerGroups(self, **consumer_groups)
+        # share groups (KIP-932): broker.share.group.ShareGroups, set by broker.share.service
+        self.share = None
 
     # ------------------------------------------------------------------ helpers
     def _now(self) -> int:
@@ -297,6 +299,9 @@ class GroupCoordinator:
             if not f.done():
                 f.set_result(value)
         futures.clear()
+
+    def is_share_group(self, group_id: str) -> bool:
+        return self.share is not None and self.share.group(group_id) is not None
 
     def group(self, group_id: str) -> ClassicGroup | None:
         g = self.groups.get(group_id)
@@ -356,6 +361,8 @@ class GroupCoordinator:
             return self._done(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id))
         if rebalance_timeout_ms is None or rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
+        if self.is_share_group(group_id):
+            return self._done(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         g = self.group(group_id)
         if g is not None and g.kind == "consumer":
             if g.members:  # a classic member of a consumer group (broker.coordinator.classic_members)
@@ -886,6 +893,8 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ offsets
     def validate_commit(self, g: ClassicGroup | None, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None, version: int) -> ClassicGroup:
+        if g is None and self.is_share_group(group_id):
+            raise CoordinatorError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a classic or consumer group.")
         if g is None:
             if generation_id < 0:
                 g = ClassicGroup(group_id, self._now())
@@ -1126,6 +1135,14 @@ class GroupCoordinator:
             if wanted_types is not None and g.kind not in wanted_types:
                 continue
             out.append((gid, g.protocol_type or "", g.state, g.kind))
+        if self.share is not None:
+            for gid, g in self.share.groups.items():
+                if states and g.state.lower() not in {s.lower() for s in states}:
+                    continue
+                if wanted_types is not None and g.kind not in wanted_types:
+                    continue
+                out.append((gid, g.protocol_type, g.state, g.kind))
+            out.sort()
         return out
 
     def describe(self, group_id: str) -> ClassicGroup | None:
@@ -1133,6 +1150,8 @@ class GroupCoordinator:
 
     def delete_group(self, group_id: str) -> int:
         g = self.group(group_id)
+        if g is None and self.is_share_group(group_id):
+            return self.share.delete_group(group_id)
         if g is None:
             return int(E.GROUP_ID_NOT_FOUND)
         if g.state != EMPTY or g.members:
@@ -1269,6 +1288,8 @@ class GroupCoordinator:
                        f"chance to commit offsets")
 
     def shutdown(self) -> None:
+        if self.share is not None:
+            self.share.shutdown()
         for g in self.groups.values():
             if g.kind == "consumer":
                 for m in g.members.values():

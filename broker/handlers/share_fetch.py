@@ -1,0 +1,145 @@
+"""ShareFetch (key 78), v1: records of a share group's partitions, each acquired by the
+asking member under a lock (KIP-932, broker.share.partitions), with acknowledgements of
+earlier deliveries piggy-backed per partition.
+
+Order of work, as Kafka's KafkaApis.handleShareFetchRequest: READ on the group
+(GROUP_AUTHORIZATION_FAILED for the whole request) and on each topic
+(TOPIC_AUTHORIZATION_FAILED for its partitions); topic ids no topic has are
+UNKNOWN_TOPIC_ID; then the share session step (SHARE_SESSION_NOT_FOUND,
+INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST for acknowledgements in an opening request:
+top-level errors); then the acknowledgements (their outcome in each partition's
+AcknowledgeErrorCode: INVALID_RECORD_STATE for records not acquired by this member,
+INVALID_REQUEST for overlapping or malformed batches); a final epoch (-1) closes the
+session and fetches nothing; then acquisition from every partition of the session, at
+most MaxRecords records (whole batches) and MaxBytes bytes. With nothing acquired the
+request is parked until data arrives or a lock expires, up to MaxWaitMs.
+
+An opening request (epoch 0) is answered for every partition it names; later ones only
+for partitions with records, errors or acknowledgement outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.errors import ErrorCode
+from protocol.messages import ShareFetchResponse as R
+
+from broker.security import authorizer as A
+from broker.share.partitions import FINAL_EPOCH, INITIAL_EPOCH, PartitionResult, ShareError
+
+
+def _top_error(code, message=None):
+    return R(throttle_time_ms=0, error_code=int(code), error_message=message, acquisition_lock_timeout_ms=0,
+             responses=[], node_endpoints=[])
+
+
+def handle(ctx, header, request, session=None):
+    mgr = getattr(ctx, "share_partitions", None)
+    group, member, epoch = request.group_id, request.member_id, request.share_session_epoch
+    if not group or not member:
+        return _top_error(ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required in ShareFetch.")
+    if not ctx.authorize(session, A.READ, A.GROUP, group, "ShareFetch"):
+        return _top_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if mgr is None:
+        return _top_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+    denied = ctx.unauthorized(session, A.READ, A.TOPIC, [names[t.topic_id] for t in request.topics
+                                                         if t.topic_id in names], "ShareFetch")
+    failed: dict = {}  # (tid, p) -> PartitionResult with an error
+    wanted, acks = [], []
+    for t in request.topics:
+        name = names.get(t.topic_id)
+        for p in t.partitions:
+            tp = (t.topic_id, p.partition_index)
+            if name is None:
+                failed[tp] = PartitionResult(*tp, error=int(ErrorCode.UNKNOWN_TOPIC_ID),
+                                             message="This server does not host this topic ID.")
+            elif name in denied:
+                failed[tp] = PartitionResult(*tp, error=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            else:
+                wanted.append(tp)
+                if p.acknowledgement_batches:
+                    acks.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
+    forgotten = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
+    try:
+        _session, tps = mgr.open_fetch(group, member, epoch, wanted, forgotten, bool(acks), owner=session)
+    except ShareError as exc:
+        return _top_error(exc.code, str(exc) or None)
+    ack_results = mgr.acknowledge_all(group, member, acks, renew_ok=header.api_version >= 2)
+    lock_ms = int(mgr.group_config(group)["share.record.lock.duration.ms"])
+    if epoch == FINAL_EPOCH:
+        mgr.close_session(group, member)
+        return _response(ctx, [], failed, ack_results, lock_ms, full=False, wanted=wanted)
+    tps = [tp for tp in tps if tp not in failed and names.get(tp[0]) is not None]
+    max_records = request.max_records if request.max_records > 0 else 500
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    results = mgr.acquire(group, member, tps, max_records, max_bytes)
+    full = epoch == INITIAL_EPOCH
+    if any(r.acquired or r.error for r in results) or request.max_wait_ms <= 0 or not tps:
+        return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)
+    keys = [(names[tid], p) for tid, p in tps]
+    return _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
+                      max_records, max_bytes)
+
+
+async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
+                     max_records, max_bytes):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000.0
+    results = []
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or getattr(ctx, "shutting_down", False):
+            break
+        fut = loop.create_future()
+        timer = loop.call_later(remaining, lambda f=fut: f.done() or f.set_result(None))
+        ctx.wait_for_append(keys, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            ctx.forget_waiter(keys, fut)
+        if (group, member) not in mgr.sessions:  # closed meanwhile (the member left)
+            break
+        results = mgr.acquire(group, member, tps, max_records, max_bytes)
+        if any(r.acquired or r.error for r in results):
+            break
+    return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)
+
+
+def _response(ctx, results, failed, ack_results, lock_ms, full, wanted):
+    by_tp = {(r.topic_id, r.partition): r for r in results}
+    by_tp.update(failed)
+    order = list(dict.fromkeys(list(wanted) + list(by_tp) + list(ack_results)))
+    topics: dict = {}
+    for tp in order:
+        r = by_tp.get(tp) or PartitionResult(*tp)
+        ack = ack_results.get(tp)
+        if not (full and tp in wanted) and not (r.acquired or r.error or ack is not None):
+            continue
+        topics.setdefault(tp[0], []).append(_partition(ctx, r, ack))
+    return R(throttle_time_ms=0, error_code=0, error_message=None, acquisition_lock_timeout_ms=lock_ms,
+             responses=[R.ShareFetchableTopicResponse(topic_id=tid, partitions=parts) for tid, parts in topics.items()],
+             node_endpoints=[])
+
+
+def _leader_epoch(ctx, topic_id, partition) -> int:
+    for name, info in ctx.log_manager.topics().items():
+        if info.topic_id == topic_id:
+            try:
+                epoch = ctx.log_manager.get_log(name, partition).leader_epoch
+            except Exception:
+                return -1
+            return -1 if epoch is None else epoch
+    return -1
+
+
+def _partition(ctx, r, ack):
+    leader = ctx.node_id if r.error != ErrorCode.UNKNOWN_TOPIC_ID else -1
+    return R.PartitionData(
+        partition_index=r.partition, error_code=r.error, error_message=r.message,
+        acknowledge_error_code=ack[0] if ack else 0, acknowledge_error_message=ack[1] if ack else None,
+        current_leader=R.LeaderIdAndEpoch(leader_id=leader, leader_epoch=_leader_epoch(ctx, r.topic_id, r.partition)),
+        records=r.records,
+        acquired_records=[R.AcquiredRecords(first_offset=a, last_offset=b, delivery_count=c) for a, b, c in r.acquired])
