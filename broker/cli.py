@@ -13,9 +13,9 @@ Subcommands:
   [--verify-index-only] [--index-sanity-check] [--max-bytes N]`` prints segment files
   (.log, .index, .timeindex) and producer snapshots (.snapshot) as Kafka's
   kafka-dump-log.sh does (see storage.dump_log).
-* ``chronolog get-offsets | topics | configs | consumer-groups --bootstrap-server H:P ...``:
+* ``chronolog get-offsets | topics | configs | consumer-groups | share-groups --bootstrap-server H:P ...``:
   the counterparts of kafka-get-offsets.sh, kafka-topics.sh, kafka-configs.sh and
-  kafka-consumer-groups.sh, speaking the Kafka protocol to any broker (see broker.tools;
+  kafka-consumer-groups.sh and kafka-share-groups.sh, speaking the Kafka protocol to any broker (see broker.tools;
   exit 1 for an error such as an unknown topic or an unreachable broker, 2 for usage).
 
 Exit codes: 0 success, 2 usage or configuration error (the one-line ConfigError message
@@ -276,11 +276,11 @@ def _register_dump_log(sub) -> None:
 
 
 def _register_tools(sub) -> None:
-    """get-offsets, topics, configs, consumer-groups, acls, transactions, log-dirs:
+    """get-offsets, topics, configs, consumer-groups, share-groups, acls, transactions, log-dirs:
     broker.tools (client side; they import the codec only when run)."""
-    from broker.tools import acls, configs, consumer_groups, get_offsets, log_dirs, topics, transactions
+    from broker.tools import acls, configs, consumer_groups, get_offsets, log_dirs, share_groups, topics, transactions
 
-    for module in (get_offsets, topics, configs, consumer_groups, acls, transactions, log_dirs):
+    for module in (get_offsets, topics, configs, consumer_groups, share_groups, acls, transactions, log_dirs):
         module.register(sub)
 
 

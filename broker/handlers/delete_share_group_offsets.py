@@ -45,6 +45,9 @@ def handle(ctx, header, request, session=None):
                                                                error_message=None)]
         else:
             rows = [R.DeleteShareGroupOffsetsResponsePartition(partition_index=p, error_code=0, error_message=None)
-                    for _tid, p in sorted(mgr.delete(gid, {tid}), key=lambda e: e[1])]
+                    for _tid, p in sorted(mgr.delete(gid, {tid}), key=lambda e: e[1])] or [
+                R.DeleteShareGroupOffsetsResponsePartition(
+                    partition_index=-1, error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                    error_message=f"The group has no share state for topic {t.topic_name}.")]
         out.append(R.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name, topic_id=tid, partitions=rows))
     return R(throttle_time_ms=0, error_code=0, error_message=None, responses=out)

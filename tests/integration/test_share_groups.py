@@ -348,3 +348,64 @@ def test_bad_share_requests_get_kafka_errors_and_lose_nothing(sbroker):
         assert [(x.first_offset, x.last_offset, x.delivery_count) for x in _part(r).acquired_records] == [(6, 9, 3)]
     finally:
         c.close()
+
+
+# --------------------------------------------------------------------------- the tool
+def _tool(*args):
+    from tests.integration.test_cli_tools import tool
+
+    return tool("share-groups", *args)
+
+
+def _rows(p):
+    from tests.integration.test_cli_tools import ok
+
+    return [line.split() for line in ok(p) if line.strip()][1:]
+
+
+def test_share_groups_tool_lists_describes_resets_by_time_and_deletes(sbroker):
+    from tests.integration.test_cli_tools import fails, iso
+
+    bs = sbroker.bootstrap
+    topic = create_topic(bs, unique_topic("sharetool"), partitions=1)
+    group = new_group(bs)
+    base = int(time.time() * 1000) - 3_600_000
+    p = Producer({"bootstrap.servers": bs})
+    for i in range(10):  # one record a minute, an hour ago
+        p.produce(topic, value=f"t{i}".encode(), partition=0, timestamp=base + i * 60_000)
+    assert p.flush(30) == 0
+    c = consumer(bs, group)
+    c.subscribe([topic])
+    got = drain([c], 10)[0]
+    assert len(got) == 10
+    c.commit_sync()  # the implicit acknowledgements go now
+    assert _tool("--bootstrap-server", bs, "--list").stdout.split() == [group]
+    members = _rows(_tool("--bootstrap-server", bs, "--describe", "--group", group, "--members"))
+    assert len(members) == 1 and members[0][0] == group and members[0][-1] == f"{topic}:0"
+    assert _rows(_tool("--bootstrap-server", bs, "--describe", "--group", group)) == [
+        [group, topic, "0", "10", "10", "0"]]
+    # a reset needs the group empty
+    fails(_tool("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--all-topics", "--to-earliest",
+                "--execute"), 1, "active member")
+    c.close()
+    wait_for(lambda: "Empty" in _tool("--bootstrap-server", bs, "--describe", "--group", group, "--state").stdout,
+             30, "the group empty")
+    # by time: the record of minute 4 is the first at or after base + 3.5 minutes
+    plan = _rows(_tool("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--topic", topic,
+                       "--to-datetime", iso(base + 210_000), "--execute"))
+    assert plan == [[group, topic, "0", "4"]]
+    assert _rows(_tool("--bootstrap-server", bs, "--describe", "--group", group)) == [
+        [group, topic, "0", "4", "10", "6"]]
+    c2 = consumer(bs, group)
+    c2.subscribe([topic])
+    again = drain([c2], 6)[0]
+    assert sorted(m.offset() for m in again) == [4, 5, 6, 7, 8, 9]
+    c2.commit_sync()
+    c2.close()
+    wait_for(lambda: "Empty" in _tool("--bootstrap-server", bs, "--describe", "--group", group, "--state").stdout,
+             30, "the group empty")
+    # delete the group: its share state goes with it
+    assert "successful" in _tool("--bootstrap-server", bs, "--delete", "--group", group).stdout
+    assert _tool("--bootstrap-server", bs, "--list").stdout.split() == []
+    fails(_tool("--bootstrap-server", bs, "--describe", "--group", group), 1, "not found")
+    fails(_tool("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--to-earliest"), 2, "--topic")
