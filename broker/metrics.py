@@ -489,8 +489,69 @@ class BrokerMetrics:
         self.registry.register(collector)
         return collector
 
+    def attach_share(self, log_manager, share_getter) -> "ShareCollector":
+        collector = ShareCollector(log_manager, share_getter)
+        self.registry.register(collector)
+        return collector
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ShareCollector:
+    """Share groups (KIP-932) at scrape time: members per group; per share-partition its
+    start offset, lag (records from the start offset to the high watermark not yet
+    acknowledged or archived), records in flight and records acquired now; totals of
+    records acquired, redelivered (deliveries after the first) and archived (rejected or
+    out of delivery attempts)."""
+
+    def __init__(self, log_manager, share_getter) -> None:
+        self.lm = log_manager
+        self.share_getter = share_getter  # () -> (ShareGroups, SharePartitionManager) or None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        labels = ["sharegroup", "topic", "partition"]
+        members = GaugeMetricFamily("chronolog_share_group_members", "Members of a share group", labels=["sharegroup"])
+        start = GaugeMetricFamily("chronolog_share_partition_start_offset",
+                                  "Share-partition start offset (every record below it is done)", labels=labels)
+        lag = GaugeMetricFamily("chronolog_share_group_lag", "Records of the share-partition from its start offset "
+                                "to the high watermark not yet acknowledged or archived", labels=labels)
+        in_flight = GaugeMetricFamily("chronolog_share_partition_in_flight_records",
+                                      "Records between the share-partition start and end offsets", labels=labels)
+        acquired = GaugeMetricFamily("chronolog_share_partition_acquired_records",
+                                     "Records acquired by a member and locked now", labels=labels)
+        acquired_total = CounterMetricFamily("chronolog_share_records_acquired",
+                                             "Records acquired by share-group members (every delivery)")
+        redelivered = CounterMetricFamily("chronolog_share_records_redelivered",
+                                          "Deliveries of share-group records after their first")
+        archived = CounterMetricFamily("chronolog_share_records_archived",
+                                       "Share-group records archived: rejected or out of delivery attempts")
+        found = self.share_getter()
+        if found is not None:
+            groups, mgr = found
+            for gid, g in sorted(groups.groups.items()):
+                members.add_metric([gid], len(g.members))
+            names = {info.topic_id: name for name, info in self.lm.topics().items()}
+            for (gid, tid, p), sp in sorted(mgr.partitions.items(), key=lambda e: (e[0][0], str(e[0][1]), e[0][2])):
+                name = names.get(tid)
+                if name is None:
+                    continue
+                lbl = [gid, name, str(p)]
+                start.add_metric(lbl, sp.start)
+                in_flight.add_metric(lbl, sp.end - sp.start)
+                acquired.add_metric(lbl, sp.acquired_count())
+                try:
+                    hw = self.lm.get_log(name, p).high_watermark
+                except Exception:
+                    continue
+                lag.add_metric(lbl, max(0, hw - sp.start - sp.done_in_flight()))
+            acquired_total.add_metric([], mgr.acquired_total)
+            redelivered.add_metric([], mgr.redelivered_total())
+            archived.add_metric([], mgr.archived_total())
+        return [members, start, lag, in_flight, acquired, acquired_total, redelivered, archived]
 
 
 class CleanerCollector:

@@ -229,6 +229,8 @@ class BrokerServer:
                 return deleted
 
             metrics.attach_state(lm, lambda: ctx.group_coordinator, self.clock)
+            metrics.attach_share(lm, lambda: None if ctx.share_partitions is None else (ctx.share_groups,
+                                                                                           ctx.share_partitions))
             self.metrics_server = MetricsServer(metrics, host, cfg.metrics_port)
             if await self.metrics_server.start():
                 # cancelled (and so closed) with the other tasks by stop()

@@ -90,6 +90,9 @@ class SharePartitionManager:
         self.sessions: dict[tuple, ShareSession] = {}         # (group, member)
         self._locked: set = set()  # keys of share-partitions holding acquired records
         self.acquired_total = 0
+        # redeliveries and archived records of share-partitions since deleted (the totals stay monotonic)
+        self._gone_redelivered = 0
+        self._gone_archived = 0
 
     # ------------------------------------------------------------------ names
     def _topic_name(self, topic_id) -> str | None:
@@ -431,7 +434,9 @@ class SharePartitionManager:
         tombstones in ``__share_group_state``. Returns the (topic id, partition) deleted."""
         keys = [k for k in self.partitions if k[0] == group_id and (topic_ids is None or k[1] in topic_ids)]
         for k in keys:
-            del self.partitions[k]
+            sp = self.partitions.pop(k)
+            self._gone_redelivered += sp.redelivered
+            self._gone_archived += sp.archived
             self.meta.pop(k, None)
             self._locked.discard(k)
         self._persist(keys)
@@ -441,10 +446,10 @@ class SharePartitionManager:
         return sum(sp.end - sp.start for sp in self.partitions.values())
 
     def redelivered_total(self) -> int:
-        return sum(sp.redelivered for sp in self.partitions.values())
+        return self._gone_redelivered + sum(sp.redelivered for sp in self.partitions.values())
 
     def archived_total(self) -> int:
-        return sum(sp.archived for sp in self.partitions.values())
+        return self._gone_archived + sum(sp.archived for sp in self.partitions.values())
 
 
 def _aborted(h, aborted) -> bool:

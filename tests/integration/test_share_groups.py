@@ -197,7 +197,24 @@ def test_rejected_records_never_come_back_and_released_ones_do(sbroker):
         c2.close()
 
 
-def test_delivery_count_limit_archives_a_record_that_keeps_failing(sbroker):
+def _metrics(port) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("chronolog_share"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_delivery_count_limit_archives_a_record_that_keeps_failing(broker_factory):
+    from tests.integration.helpers import free_port
+
+    mport = free_port()
+    sbroker = broker_factory({**SHORT_LOCKS, "metrics.port": str(mport)}, name="share-metrics")
     bs = sbroker.bootstrap
     topic = create_topic(bs, unique_topic("sharelimit"), partitions=1)
     group = new_group(bs, share_delivery_count_limit=3)
@@ -205,7 +222,7 @@ def test_delivery_count_limit_archives_a_record_that_keeps_failing(sbroker):
     c = consumer(bs, group, explicit=True)
     c.subscribe([topic])
     try:
-        got = drain([c], 10, timeout=25,
+        got = drain([c], 4, timeout=25,
                     ack=lambda _c, m: AcknowledgeType.RELEASE if m.offset() == 0 else AcknowledgeType.ACCEPT)[0]
         c.commit_sync()
         assert [m.delivery_count() for m in got if m.offset() == 0] == [1, 2, 3]
@@ -217,6 +234,15 @@ def test_delivery_count_limit_archives_a_record_that_keeps_failing(sbroker):
         T.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]))
     parts = offsets.groups[0].topics[0].partitions
     assert [(p.partition_index, p.start_offset) for p in parts] == [(0, 2)]  # both done
+    m = _metrics(mport)
+    lbl = f'{{partition="0",sharegroup="{group}",topic="{topic}"}}'
+    assert m["chronolog_share_partition_start_offset" + lbl] == 2
+    assert m["chronolog_share_group_lag" + lbl] == 0
+    assert m["chronolog_share_partition_acquired_records" + lbl] == 0
+    assert m["chronolog_share_records_acquired_total"] == 4  # offset 0 three times, offset 1 once
+    assert m["chronolog_share_records_redelivered_total"] == 2
+    assert m["chronolog_share_records_archived_total"] == 1
+    assert m[f'chronolog_share_group_members{{sharegroup="{group}"}}'] == 0
 
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["clean-restart", "sigkill"])
