@@ -435,3 +435,36 @@ def test_share_groups_tool_lists_describes_resets_by_time_and_deletes(sbroker):
     assert _tool("--bootstrap-server", bs, "--list").stdout.split() == []
     fails(_tool("--bootstrap-server", bs, "--describe", "--group", group), 1, "not found")
     fails(_tool("--bootstrap-server", bs, "--reset-offsets", "--group", group, "--to-earliest"), 2, "--topic")
+
+
+def test_read_committed_share_groups_never_see_aborted_records(sbroker):
+    bs, port = sbroker.bootstrap, sbroker.port
+    topic = create_topic(bs, unique_topic("sharetxn"), partitions=1)
+    group = new_group(bs, share_isolation_level="read_committed")
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "share-txn-" + uuid.uuid4().hex[:6]})
+    p.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=f"{outcome}-{i}".encode(), partition=0)
+        assert p.flush(30) == 0  # written before the outcome, the aborted ones too
+        if outcome == "commit":
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    del p
+    # offsets: 0-4 committed, 5 marker, 6-10 aborted, 11 marker, 12-16 committed, 17 marker
+    c = consumer(bs, group)
+    try:
+        c.subscribe([topic])
+        got = drain([c], 10, timeout=20)[0]
+        assert sorted(m.value() for m in got) == sorted([f"commit-{i}".encode() for i in range(5)] * 2)
+        assert sorted(m.offset() for m in got) == [0, 1, 2, 3, 4, 12, 13, 14, 15, 16]
+        c.commit_sync()
+        assert drain([c], 1, timeout=2)[0] == []
+    finally:
+        c.close()
+    # the aborted records and the markers were archived by the broker, never delivered: all 18 done
+    offsets = raw(port, 90, 0, T.DescribeShareGroupOffsetsRequest(groups=[
+        T.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]))
+    assert [p.start_offset for p in offsets.groups[0].topics[0].partitions] == [18]
