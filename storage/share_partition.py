@@ -111,12 +111,14 @@ class SharePartition:
         return self.end - self.start < self.max_in_flight or self.has_available()
 
     # ------------------------------------------------------------------ changes
-    def acquire(self, member: str, batches, max_records: int, now_ms: int, lock_ms: int) -> list[tuple[int, int, int]]:
+    def acquire(self, member: str, batches, max_records: int, now_ms: int, lock_ms: int,
+                strict: bool = False) -> list[tuple[int, int, int]]:
         """Acquire for ``member`` the available records of ``batches`` (read from the
         log at :meth:`next_fetch_offset`, in offset order), whole batches at a time, until
-        ``max_records`` are acquired (a batch is not split to stay under it, as Kafka) or
-        the in-flight limit is reached. Returns the acquired ranges
-        ``(first, last, delivery count)``."""
+        ``max_records`` are acquired (a batch is not split to stay under it, as Kafka's
+        batch-optimized mode; ``strict``, the record-limit mode of ShareFetch v2, stops at
+        exactly ``max_records``) or the in-flight limit is reached. Returns the acquired
+        ranges ``(first, last, delivery count)``."""
         got: list[list[int]] = []
         taken = 0
         deadline = now_ms + lock_ms
@@ -131,6 +133,8 @@ class SharePartition:
                     self.start = first
                 self.end = first
             for off in range(first, b.last_offset + 1):
+                if strict and taken >= max_records:
+                    break
                 if off >= self.end:
                     if self.end - self.start >= self.max_in_flight:
                         break
@@ -154,7 +158,7 @@ class SharePartition:
                     got.append([off, off, r.count])
             else:
                 continue
-            break  # the in-flight limit stopped this batch
+            break  # the in-flight limit (or a strict record limit) stopped this batch
         self._advance()
         return [tuple(g) for g in got]
 

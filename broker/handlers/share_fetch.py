@@ -1,4 +1,4 @@
-"""ShareFetch (key 78), v1: records of a share group's partitions, each acquired by the
+"""ShareFetch (key 78), v1-2: records of a share group's partitions, each acquired by the
 asking member under a lock (KIP-932, broker.share.partitions), with acknowledgements of
 earlier deliveries piggy-backed per partition.
 
@@ -16,6 +16,11 @@ request is parked until data arrives or a lock expires, up to MaxWaitMs.
 
 An opening request (epoch 0) is answered for every partition it names; later ones only
 for partitions with records, errors or acknowledgement outcomes.
+
+v2 (KIP-1206, KIP-1222): ShareAcquireMode 0 (batch-optimized, whole batches as v1), 1
+(record-limit: never more than MaxRecords, a batch is cut) or 255 (renew: the request
+only acknowledges, RENEW (4) extending the locks of held records, and acquires nothing);
+other modes are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -34,11 +39,17 @@ def _top_error(code, message=None):
              responses=[], node_endpoints=[])
 
 
+BATCH_OPTIMIZED, RECORD_LIMIT, RENEW_ONLY = 0, 1, 255
+
+
 def handle(ctx, header, request, session=None):
     mgr = getattr(ctx, "share_partitions", None)
     group, member, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group or not member:
         return _top_error(ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required in ShareFetch.")
+    mode = (request.share_acquire_mode & 0xFF) if header.api_version >= 2 else BATCH_OPTIMIZED
+    if mode not in (BATCH_OPTIMIZED, RECORD_LIMIT, RENEW_ONLY):
+        return _top_error(ErrorCode.INVALID_REQUEST, f"Unknown ShareAcquireMode {request.share_acquire_mode}.")
     if not ctx.authorize(session, A.READ, A.GROUP, group, "ShareFetch"):
         return _top_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if mgr is None:
@@ -68,23 +79,25 @@ def handle(ctx, header, request, session=None):
         return _top_error(exc.code, str(exc) or None)
     ack_results = mgr.acknowledge_all(group, member, acks, renew_ok=header.api_version >= 2)
     lock_ms = int(mgr.group_config(group)["share.record.lock.duration.ms"])
-    if epoch == FINAL_EPOCH:
-        mgr.close_session(group, member)
+    if epoch == FINAL_EPOCH or mode == RENEW_ONLY:
+        if epoch == FINAL_EPOCH:
+            mgr.close_session(group, member)
         return _response(ctx, [], failed, ack_results, lock_ms, full=False, wanted=wanted)
     tps = [tp for tp in tps if tp not in failed and names.get(tp[0]) is not None]
     max_records = request.max_records if request.max_records > 0 else 500
     max_bytes = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
-    results = mgr.acquire(group, member, tps, max_records, max_bytes)
+    strict = mode == RECORD_LIMIT
+    results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)
     full = epoch == INITIAL_EPOCH
     if any(r.acquired or r.error for r in results) or request.max_wait_ms <= 0 or not tps:
         return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)
     keys = [(names[tid], p) for tid, p in tps]
     return _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
-                      max_records, max_bytes)
+                      max_records, max_bytes, strict)
 
 
 async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
-                     max_records, max_bytes):
+                     max_records, max_bytes, strict):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000.0
     results = []
@@ -102,7 +115,7 @@ async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_re
             ctx.forget_waiter(keys, fut)
         if (group, member) not in mgr.sessions:  # closed meanwhile (the member left)
             break
-        results = mgr.acquire(group, member, tps, max_records, max_bytes)
+        results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)
         if any(r.acquired or r.error for r in results):
             break
     return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)

@@ -312,10 +312,11 @@ class SharePartitionManager:
             s.partitions.setdefault(tp, None)
         return s, list(s.partitions)
 
-    def acquire(self, group_id: str, member_id: str, tps, max_records: int, max_bytes: int) -> list[PartitionResult]:
-        """Acquire records of ``tps`` for the member (fairly: the partitions after the last
-        one served come first); persist the change. Partitions with nothing give an
-        empty result."""
+    def acquire(self, group_id: str, member_id: str, tps, max_records: int, max_bytes: int,
+                strict: bool = False) -> list[PartitionResult]:
+        """Acquire records of ``tps`` for the member, in session order, at most
+        ``max_records`` (whole batches; ``strict``: exactly) and about ``max_bytes``;
+        persist the change. Partitions with nothing give an empty result."""
         cfg = self._config(group_id)
         lock_ms = int(cfg["share.record.lock.duration.ms"])
         committed = cfg["share.isolation.level"] == "read_committed"
@@ -368,7 +369,7 @@ class SharePartitionManager:
             aborted = plog.collect_aborted_txns(fetch_offset, limit) if committed else ()
             batches = [S.Batch(h.base_offset, h.last_offset, h.is_control or _aborted(h, aborted))
                        for _pos, h in found]
-            got = sp.acquire(member_id, batches, budget_records, now, lock_ms)
+            got = sp.acquire(member_id, batches, budget_records, now, lock_ms, strict)
             if sp.start != before or got:
                 touched.append(key)
             if not got:

@@ -291,18 +291,21 @@ class Share:
         return self.call(76, 1, T.ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch,
                                                              rack_id=None, subscribed_topic_names=topics))
 
-    def fetch(self, group, member, epoch, tid, acks=(), forget=False, max_wait=0):
+    def fetch(self, group, member, epoch, tid, acks=(), forget=False, max_wait=0, version=1, mode=0,
+              max_records=100):
         R = T.ShareFetchRequest
         batches = [R.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=list(t)) for a, b, t in acks]
-        return self.call(78, 1, R(group_id=group, member_id=member, share_session_epoch=epoch, max_wait_ms=max_wait,
-                                  min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100,
-                                  topics=[] if forget else [R.FetchTopic(topic_id=tid, partitions=[
-                                      R.FetchPartition(partition_index=0, acknowledgement_batches=batches)])],
-                                  forgotten_topics_data=[]))
+        return self.call(78, version, R(group_id=group, member_id=member, share_session_epoch=epoch,
+                                        max_wait_ms=max_wait, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+                                        batch_size=100, share_acquire_mode=mode,
+                                        topics=[] if forget else [R.FetchTopic(topic_id=tid, partitions=[
+                                            R.FetchPartition(partition_index=0, acknowledgement_batches=batches)])],
+                                        forgotten_topics_data=[]))
 
-    def ack(self, group, member, epoch, tid, acks):
+    def ack(self, group, member, epoch, tid, acks, version=1, renew=False):
         R = T.ShareAcknowledgeRequest
-        return self.call(79, 1, R(group_id=group, member_id=member, share_session_epoch=epoch, topics=[
+        return self.call(79, version, R(group_id=group, member_id=member, share_session_epoch=epoch,
+                                        is_renew_ack=renew, topics=[
             R.AcknowledgeTopic(topic_id=tid, partitions=[R.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
                 R.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=list(t)) for a, b, t in acks])])]))
 
@@ -468,3 +471,47 @@ def test_read_committed_share_groups_never_see_aborted_records(sbroker):
     offsets = raw(port, 90, 0, T.DescribeShareGroupOffsetsRequest(groups=[
         T.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]))
     assert [p.start_offset for p in offsets.groups[0].topics[0].partitions] == [18]
+
+
+def _tid(port, topic):
+    md = raw(port, 3, 12, T.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False))
+    return next(t.topic_id for t in md.topics if t.name == topic)
+
+
+def test_share_fetch_v2_record_limit_and_renewed_locks(sbroker):
+    bs, port = sbroker.bootstrap, sbroker.port
+    topic = create_topic(bs, unique_topic("sharev2"), partitions=1)
+    tid = _tid(port, topic)
+    group = new_group(bs)
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 50})
+    for i in range(10):  # one batch
+        p.produce(topic, value=b"x%d" % i, partition=0)
+    assert p.flush(30) == 0
+    del p
+    a, b = Share(port), Share(port)
+    try:
+        ma, mb = str(uuid.uuid4()), str(uuid.uuid4())
+        a.heartbeat(group, ma, 0, [topic])
+        b.heartbeat(group, mb, 0, [topic])
+        # record-limit: 4 records out of the 10-record batch
+        r = a.fetch(group, ma, 0, tid, version=2, mode=1, max_records=4, max_wait=2000)
+        assert [(x.first_offset, x.last_offset) for x in _part(r).acquired_records] == [(0, 3)]
+        assert b.fetch(group, mb, 0, tid, version=2, mode=1, max_records=4).error_code == 0
+        # renew without saying so is refused; with IsRenewAck the lock is extended
+        assert a.ack(group, ma, 1, tid, [(0, 3, [4])], version=2).error_code == ErrorCode.INVALID_REQUEST
+        time.sleep(1.2)
+        renewed = a.ack(group, ma, 1, tid, [(0, 3, [4])], version=2, renew=True)
+        assert renewed.error_code == 0 and _part(renewed).error_code == 0
+        assert renewed.acquisition_lock_timeout_ms == 2000
+        time.sleep(1.2)  # 2.4 s after the acquisition: without the renewal the lock would be gone
+        taken = b.fetch(group, mb, 1, tid, version=2, mode=1, max_records=10)
+        assert all(x.first_offset > 3 for x in _part(taken).acquired_records) if taken.responses else True
+        # renew-only fetch: acknowledges (accepts 0-3) and acquires nothing
+        only = a.fetch(group, ma, 2, tid, acks=[(0, 3, [1])], version=2, mode=-1)  # 255 as an int8
+        assert only.error_code == 0 and _part(only).acknowledge_error_code == 0
+        assert _part(only).acquired_records == []
+        assert a.fetch(group, ma, 3, tid, version=2, mode=7).error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        a.close()
+        b.close()

@@ -26,6 +26,13 @@ def test_acquire_whole_batches_then_accept_moves_start():
     assert sp.start == 5 and sp.end == 5
 
 
+def test_record_limit_mode_cuts_inside_a_batch():
+    sp = SharePartition(0)
+    assert sp.acquire("m1", batches((0, 4), (5, 9)), 3, 0, LOCK, strict=True) == [(0, 2, 1)]
+    assert sp.end == 3
+    assert sp.acquire("m2", batches((0, 4), (5, 9)), 3, 0, LOCK, strict=True) == [(3, 5, 1)]
+
+
 def test_ack_by_another_member_or_unacquired_is_refused_and_changes_nothing():
     sp = SharePartition(0)
     sp.acquire("m1", batches((0, 4)), 10, 0, LOCK)
