@@ -122,6 +122,7 @@ async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_re
 
 
 def _response(ctx, results, failed, ack_results, lock_ms, full, wanted):
+    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
     by_tp = {(r.topic_id, r.partition): r for r in results}
     by_tp.update(failed)
     order = list(dict.fromkeys(list(wanted) + list(by_tp) + list(ack_results)))
@@ -131,28 +132,28 @@ def _response(ctx, results, failed, ack_results, lock_ms, full, wanted):
         ack = ack_results.get(tp)
         if not (full and tp in wanted) and not (r.acquired or r.error or ack is not None):
             continue
-        topics.setdefault(tp[0], []).append(_partition(ctx, r, ack))
+        topics.setdefault(tp[0], []).append(_partition(ctx, names, r, ack))
     return R(throttle_time_ms=0, error_code=0, error_message=None, acquisition_lock_timeout_ms=lock_ms,
              responses=[R.ShareFetchableTopicResponse(topic_id=tid, partitions=parts) for tid, parts in topics.items()],
              node_endpoints=[])
 
 
-def _leader_epoch(ctx, topic_id, partition) -> int:
-    for name, info in ctx.log_manager.topics().items():
-        if info.topic_id == topic_id:
-            try:
-                epoch = ctx.log_manager.get_log(name, partition).leader_epoch
-            except Exception:
-                return -1
-            return -1 if epoch is None else epoch
-    return -1
+def _leader_epoch(ctx, name, partition) -> int:
+    if name is None:
+        return -1
+    try:
+        epoch = ctx.log_manager.get_log(name, partition).leader_epoch
+    except Exception:
+        return -1
+    return -1 if epoch is None else epoch
 
 
-def _partition(ctx, r, ack):
+def _partition(ctx, names, r, ack):
     leader = ctx.node_id if r.error != ErrorCode.UNKNOWN_TOPIC_ID else -1
     return R.PartitionData(
         partition_index=r.partition, error_code=r.error, error_message=r.message,
         acknowledge_error_code=ack[0] if ack else 0, acknowledge_error_message=ack[1] if ack else None,
-        current_leader=R.LeaderIdAndEpoch(leader_id=leader, leader_epoch=_leader_epoch(ctx, r.topic_id, r.partition)),
+        current_leader=R.LeaderIdAndEpoch(leader_id=leader,
+                                          leader_epoch=_leader_epoch(ctx, names.get(r.topic_id), r.partition)),
         records=r.records,
         acquired_records=[R.AcquiredRecords(first_offset=a, last_offset=b, delivery_count=c) for a, b, c in r.acquired])

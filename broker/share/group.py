@@ -245,10 +245,6 @@ class ShareGroups:
             g.assignment_epoch = g.group_epoch
         self.on_member_gone(g.group_id, m.member_id, left)
 
-    def is_member(self, group_id: str, member_id: str) -> bool:
-        g = self.groups.get(group_id)
-        return g is not None and member_id in g.members
-
     # -- admin ---------------------------------------------------------------------------
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups of a share group: only an empty one; its share state goes too."""

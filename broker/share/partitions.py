@@ -76,7 +76,7 @@ def _next_epoch(epoch: int) -> int:
 
 class SharePartitionManager:
     def __init__(self, log_manager, clock, store, group_config, *, max_sessions: int = 2000,
-                 notify=None, ensure_group=None, is_member=None):
+                 notify=None, ensure_group=None):
         self.lm = log_manager
         self.clock = clock
         self.store = store
@@ -84,7 +84,6 @@ class SharePartitionManager:
         self.max_sessions = max_sessions
         self.notify = notify or (lambda topic, partition: None)
         self.ensure_group = ensure_group or (lambda group_id: None)
-        self.is_member = is_member or (lambda group_id, member_id: True)
         self.partitions: dict[tuple, S.SharePartition] = {}  # (group, topic id, partition)
         self.meta: dict[tuple, SS.ShareState] = {}             # their epochs and timestamps on disk
         self.sessions: dict[tuple, ShareSession] = {}         # (group, member)
@@ -95,11 +94,9 @@ class SharePartitionManager:
         self._gone_archived = 0
 
     # ------------------------------------------------------------------ names
-    def _topic_name(self, topic_id) -> str | None:
-        for name, info in self.lm.topics().items():
-            if info.topic_id == topic_id:
-                return name
-        return None
+    def _names(self) -> dict:
+        """{topic id: topic name}, built once per request."""
+        return {info.topic_id: name for name, info in self.lm.topics().items()}
 
     def _config(self, group_id: str) -> dict:
         return self.group_config(group_id)
@@ -133,11 +130,12 @@ class SharePartitionManager:
     def initialize(self, group_id: str, tps) -> None:
         """Share-partition state for the group's newly assigned partitions."""
         new = []
+        names = self._names()
         for tid, p in tps:
             key = (group_id, tid, p)
             if key in self.partitions:
                 continue
-            name = self._topic_name(tid)
+            name = names.get(tid)
             if name is None:
                 continue
             try:
@@ -244,12 +242,13 @@ class SharePartitionManager:
 
     def _after_change(self, keys) -> None:
         self._persist(keys)
+        names = self._names()
         for key in keys:
             sp = self.partitions.get(key)
             if sp is not None and not sp.acquired_count():
                 self._locked.discard(key)
             if sp is not None and sp.has_available():
-                name = self._topic_name(key[1])
+                name = names.get(key[1])
                 if name is not None:
                     self.notify(name, key[2])
 
@@ -322,13 +321,14 @@ class SharePartitionManager:
         committed = cfg["share.isolation.level"] == "read_committed"
         now = int(self.clock.time_ms())
         results, touched = [], []
+        names = self._names()
         budget_records, budget_bytes = max(1, max_records), max(1, max_bytes)
         for tid, p in tps:
             res = PartitionResult(tid, p)
             results.append(res)
             key = (group_id, tid, p)
             sp = self.partitions.get(key)
-            name = self._topic_name(tid)
+            name = names.get(tid)
             if name is None:
                 res.error, res.message = int(E.UNKNOWN_TOPIC_ID), "This server does not host this topic ID."
                 continue

@@ -36,7 +36,7 @@ def start_share_groups(ctx, coord) -> SharePartitionManager:
                          max_size=int(cfg.group_share_max_size))
     mgr = SharePartitionManager(lm, ctx.clock, store, group_config,
                                 max_sessions=int(cfg.group_share_max_share_sessions), notify=ctx.notify_append,
-                                ensure_group=groups.ensure_group, is_member=groups.is_member)
+                                ensure_group=groups.ensure_group)
     groups.on_assigned = mgr.initialize
     groups.on_member_gone = mgr.member_gone
     groups.on_deleted = mgr.delete
