@@ -61,6 +61,8 @@ def handle(ctx, header, request, session=None):
             ctx.notify_append(name, p)
         if ctx.metrics is not None:
             ctx.metrics.topic_deleted(name)
+        if ctx.share_partitions is not None:  # share groups forget the topic (tombstones)
+            ctx.share_partitions.topic_deleted(info.topic_id)
         log.info("deleted topic %s", name)
         results.append(Result(name=name, topic_id=info.topic_id, error_code=0, error_message=None))
     return DeleteTopicsResponse(throttle_time_ms=mutations.throttle_ms, responses=results)

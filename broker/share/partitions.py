@@ -443,8 +443,11 @@ class SharePartitionManager:
         self._persist(keys)
         return [(k[1], k[2]) for k in keys]
 
-    def in_flight(self) -> int:
-        return sum(sp.end - sp.start for sp in self.partitions.values())
+    def topic_deleted(self, topic_id) -> None:
+        """A topic went: every group's state of it goes too (as Kafka's group coordinator
+        deletes share-partition state when partitions are deleted)."""
+        for group in sorted({k[0] for k in self.partitions if k[1] == topic_id}):
+            self.delete(group, {topic_id})
 
     def redelivered_total(self) -> int:
         return self._gone_redelivered + sum(sp.redelivered for sp in self.partitions.values())

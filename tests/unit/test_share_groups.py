@@ -158,3 +158,11 @@ def test_state_is_written_to_share_group_state_and_replayed(world):
     # deleting the group's state writes tombstones
     assert sorted(w.mgr.delete("g"), key=lambda e: e[1]) == [(w.tid, 0), (w.tid, 1)]
     assert ("g", w.tid, 0) not in replay(w.lm)
+
+
+def test_a_deleted_topic_takes_its_share_state_with_it(world):
+    w = world
+    hb(w, "a", 0, ["t"])
+    assert {k[1] for k in replay(w.lm)} == {w.tid}
+    w.mgr.topic_deleted(w.tid)
+    assert w.mgr.partitions == {} and replay(w.lm) == {}
