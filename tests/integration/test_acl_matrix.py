@@ -60,7 +60,7 @@ def _batch() -> bytes:
     return R.build_batch([(int(time.time() * 1000), None, b"v")])
 
 
-def _cases(topic, doomed, group, new_topic):
+def _cases(topic, doomed, group, new_topic, topic_id=None):
     """(label, api key, version, request, error of the response, steps). A step is
     (ACLs added before it, the code expected). ACLs: (resource type, name, operation)."""
     T = M
@@ -258,6 +258,42 @@ def _cases(topic, doomed, group, new_topic):
         ("ConsumerGroupDescribe", 69, 0, T.ConsumerGroupDescribeRequest(group_ids=[group],
                                                                         include_authorized_operations=False),
          lambda r: r.groups[0].error_code, [([], GROUP_DENIED), ([("group", group, "DESCRIBE")], ANY_ALLOWED)]),
+        ("ShareGroupHeartbeat", 76, 1, T.ShareGroupHeartbeatRequest(
+            group_id=group + "-share", member_id="matrix-share-member", member_epoch=0, rack_id=None,
+            subscribed_topic_names=[topic]),
+         lambda r: r.error_code,
+         [([], GROUP_DENIED), ([("group", group + "-share", "READ")], TOPIC_DENIED), ([("topic", topic, "DESCRIBE")], 0)]),
+        ("ShareGroupDescribe", 77, 1, T.ShareGroupDescribeRequest(group_ids=[group + "-share2"],
+                                                                  include_authorized_operations=False),
+         lambda r: r.groups[0].error_code,
+         [([], GROUP_DENIED), ([("group", group + "-share2", "DESCRIBE")], ANY_ALLOWED)]),
+        ("ShareFetch", 78, 1, T.ShareFetchRequest(
+            group_id=group + "-share3", member_id="matrix-share-member", share_session_epoch=0, max_wait_ms=0,
+            min_bytes=1, max_bytes=1 << 16, max_records=10, batch_size=10, topics=[T.ShareFetchRequest.FetchTopic(
+                topic_id=topic_id, partitions=[T.ShareFetchRequest.FetchPartition(partition_index=0,
+                                                                                  acknowledgement_batches=[])])],
+            forgotten_topics_data=[]),
+         lambda r: r.error_code or r.responses[0].partitions[0].error_code,
+         # served: this group never had the partition assigned (UNKNOWN_TOPIC_OR_PARTITION after authorization)
+         [([], GROUP_DENIED), ([("group", group + "-share3", "READ")], TOPIC_DENIED), ([("topic", topic, "READ")], 3)]),
+        ("ShareAcknowledge", 79, 1, T.ShareAcknowledgeRequest(
+            group_id=group + "-share4", member_id="matrix-share-member", share_session_epoch=1, topics=[]),
+         lambda r: r.error_code,
+         [([], GROUP_DENIED), ([("group", group + "-share4", "READ")], ANY_ALLOWED)]),
+        ("DescribeShareGroupOffsets", 90, 0, T.DescribeShareGroupOffsetsRequest(groups=[
+            T.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=group + "-share",
+                                                                                     topics=None)]),
+         lambda r: r.groups[0].error_code, [([], GROUP_DENIED), ([("group", group + "-share", "DESCRIBE")], 0)]),
+        ("AlterShareGroupOffsets", 91, 0, T.AlterShareGroupOffsetsRequest(group_id=group + "-share5", topics=[
+            T.AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
+                T.AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition(partition_index=0,
+                                                                                       start_offset=0)])]),
+         lambda r: r.responses[0].partitions[0].error_code,
+         [([], GROUP_DENIED), ([("group", group + "-share5", "READ")], TOPIC_DENIED), ([("topic", topic, "READ")], 0)]),
+        ("DeleteShareGroupOffsets", 92, 0, T.DeleteShareGroupOffsetsRequest(group_id=group + "-share5", topics=[
+            T.DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)]),
+         lambda r: r.error_code or r.responses[0].partitions[0].error_code,
+         [([], GROUP_DENIED), ([("group", group + "-share5", "DELETE")], TOPIC_DENIED), ([("topic", topic, "READ")], 0)]),
         ("DescribeClientQuotas", 48, 1, T.DescribeClientQuotasRequest(components=[], strict=False),
          lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE_CONFIGS")], 0)]),
         ("AlterClientQuotas", 49, 1, T.AlterClientQuotasRequest(entries=[T.AlterClientQuotasRequest.EntryData(
@@ -304,6 +340,7 @@ def acl_broker(tmp_path_factory):
 
 def test_every_api_refused_without_its_acl_and_served_with_it(acl_broker):
     from confluent_kafka import Producer
+    from confluent_kafka import TopicCollection
     from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                        NewTopic, ResourcePatternType, ResourceType)
 
@@ -323,7 +360,12 @@ def test_every_api_refused_without_its_acl_and_served_with_it(acl_broker):
     everything_of_alice = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
                                            AclOperation.ANY, AclPermissionType.ANY)
     failures = []
-    for label, key, version, body, error_of, steps in _cases(topic, doomed, group, new_topic):
+    import uuid
+
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(20).topic_id
+    topic_id = uuid.UUID(int=((described.get_most_significant_bits() & (2**64 - 1)) << 64)
+                         | (described.get_least_significant_bits() & (2**64 - 1)))
+    for label, key, version, body, error_of, steps in _cases(topic, doomed, group, new_topic, topic_id):
         for added, expected in steps:
             if added:
                 for f in admin.create_acls([
