@@ -134,6 +134,19 @@ class BrokerContext:
                 if not waiters:
                     del self.fetch_waiters[key]
 
+    async def appended(self, keys, timeout_s: float) -> None:
+        """Park until an append to (or another wake-up of) one of ``keys``
+        ((topic, partition)), or ``timeout_s`` seconds: the long poll of Fetch and ShareFetch."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        timer = loop.call_later(timeout_s, lambda: fut.done() or fut.set_result(None))
+        self.wait_for_append(keys, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self.forget_waiter(keys, fut)
+
 
 def load_or_create_cluster_id(log_dirs: list[str], node_id: int) -> str:
     """Kafka keeps ``meta.properties`` in every log dir with the cluster id and node id.

@@ -191,25 +191,11 @@ class SharePartition:
 
     def expire(self, now_ms: int) -> int:
         """Unlock every record whose lock has passed; returns how many."""
-        n = 0
-        for r in self._recs.values():
-            if r.state == ACQUIRED and r.deadline <= now_ms:
-                self._release(r)
-                n += 1
-        if n:
-            self._advance()
-        return n
+        return self._release_where(lambda r: r.deadline <= now_ms)
 
     def release_member(self, member: str) -> int:
         """A member's session ended or it left: its records are released."""
-        n = 0
-        for r in self._recs.values():
-            if r.state == ACQUIRED and r.member == member:
-                self._release(r)
-                n += 1
-        if n:
-            self._advance()
-        return n
+        return self._release_where(lambda r: r.member == member)
 
     def log_start_moved(self, log_start: int) -> None:
         """The log's start passed records in flight (retention, DeleteRecords)."""
@@ -252,6 +238,16 @@ class SharePartition:
         self._advance()
 
     # ------------------------------------------------------------------ internals
+    def _release_where(self, pred) -> int:
+        n = 0
+        for r in self._recs.values():
+            if r.state == ACQUIRED and pred(r):
+                self._release(r)
+                n += 1
+        if n:
+            self._advance()
+        return n
+
     def _release(self, r: _Rec) -> None:
         r.member = None
         if r.count >= self.delivery_limit:

@@ -35,6 +35,18 @@ DEFAULT_PARTITIONS = 50
 DEFAULT_SEGMENT_BYTES = 104857600
 
 
+def internal_topic_partitions(log_manager, topic: str, num_partitions: int, segment_bytes: int) -> int:
+    """The partition count of an internal coordinator topic, made on first use as Kafka
+    makes it: compacted, with its own segment size (``__consumer_offsets``,
+    ``__transaction_state``, ``__share_group_state``)."""
+    info = log_manager.get_topic(topic)
+    if info is None:
+        log.info("creating %s with %d partitions", topic, num_partitions)
+        info = log_manager.create_topic(topic, num_partitions,
+                                        {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
+    return info.num_partitions
+
+
 class OffsetsTopicStore:
     def __init__(self, log_manager, clock, num_partitions: int = DEFAULT_PARTITIONS, notify=None,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES):
@@ -45,12 +57,7 @@ class OffsetsTopicStore:
         self.notify = notify or (lambda topic, partition: None)
 
     def _partitions(self) -> int:
-        info = self.lm.get_topic(OFFSETS_TOPIC)
-        if info is None:
-            log.info("creating %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
-            info = self.lm.create_topic(OFFSETS_TOPIC, self.num_partitions,
-                                        {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
-        return info.num_partitions
+        return internal_topic_partitions(self.lm, OFFSETS_TOPIC, self.num_partitions, self.segment_bytes)
 
     def _append(self, group: str, pairs: list, producer: tuple[int, int] | None = None) -> int:
         """Append one batch; returns the offset of its first record."""

@@ -20,7 +20,7 @@ from protocol import records as rec
 
 from broker.coordinator import records as fmt
 from broker.coordinator import txn_records as txf
-from broker.coordinator.store import iter_topic_batches
+from broker.coordinator.store import internal_topic_partitions, iter_topic_batches
 
 log = logging.getLogger("chronolog.coordinator.txn_store")
 
@@ -37,12 +37,7 @@ class TransactionStateStore:
         self.segment_bytes = segment_bytes
 
     def _partitions(self) -> int:
-        info = self.lm.get_topic(TXN_STATE_TOPIC)
-        if info is None:
-            log.info("creating %s with %d partitions", TXN_STATE_TOPIC, self.num_partitions)
-            info = self.lm.create_topic(TXN_STATE_TOPIC, self.num_partitions,
-                                        {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
-        return info.num_partitions
+        return internal_topic_partitions(self.lm, TXN_STATE_TOPIC, self.num_partitions, self.segment_bytes)
 
     def partition_for(self, transactional_id: str) -> int:
         return fmt.partition_for(transactional_id, self._partitions())

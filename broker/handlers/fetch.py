@@ -268,14 +268,7 @@ async def _long_poll(ctx, version, request, keys, denied=frozenset()):
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        fut = loop.create_future()
-        timer = loop.call_later(remaining, lambda f=fut: f.done() or f.set_result(None))
-        ctx.wait_for_append(keys, fut)
-        try:
-            await fut
-        finally:
-            timer.cancel()
-            ctx.forget_waiter(keys, fut)
+        await ctx.appended(keys, remaining)
         response, total, had_error = _read_all(ctx, version, request, denied)
         if total >= request.min_bytes or had_error or getattr(ctx, "shutting_down", False):
             return response  # (shutting down: answer with what there is, server.stop)

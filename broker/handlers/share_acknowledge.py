@@ -16,6 +16,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import ShareAcknowledgeResponse as R
 
 from broker.security import authorizer as A
+from broker.handlers.share_fetch import resolve_partitions
 from broker.share.partitions import ShareError
 
 
@@ -36,22 +37,9 @@ def handle(ctx, header, request, session=None):
         return _top_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if mgr is None:
         return _top_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
-    denied = ctx.unauthorized(session, A.READ, A.TOPIC, [names[t.topic_id] for t in request.topics
-                                                         if t.topic_id in names], "ShareAcknowledge")
-    outcome: dict = {}
-    items = []
-    for t in request.topics:
-        name = names.get(t.topic_id)
-        for p in t.partitions:
-            tp = (t.topic_id, p.partition_index)
-            if name is None:
-                outcome[tp] = (int(ErrorCode.UNKNOWN_TOPIC_ID), "This server does not host this topic ID.")
-            elif name in denied:
-                outcome[tp] = (int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None)
-            else:
-                items.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
-                outcome[tp] = (0, None)
+    names, outcome, ok = resolve_partitions(ctx, session, request.topics, "ShareAcknowledge")
+    items = [(tid, p.partition_index, p.acknowledgement_batches) for tid, p in ok]
+    outcome.update({(tid, p.partition_index): (0, None) for tid, p in ok})
     try:
         outcome.update(mgr.share_acknowledge(group, member, request.share_session_epoch, items, renew_ok=renew))
     except ShareError as exc:

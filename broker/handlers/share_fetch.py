@@ -34,6 +34,27 @@ from broker.security import authorizer as A
 from broker.share.partitions import FINAL_EPOCH, INITIAL_EPOCH, PartitionResult, ShareError
 
 
+def resolve_partitions(ctx, session, topics, api: str):
+    """The partitions of a ShareFetch or ShareAcknowledge: ({topic id: name},
+    {(tid, p): (error, message)} for unknown ids (UNKNOWN_TOPIC_ID) and topics without
+    READ (TOPIC_AUTHORIZATION_FAILED), [(tid, partition struct)] for the rest)."""
+    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+    denied = ctx.unauthorized(session, A.READ, A.TOPIC, [names[t.topic_id] for t in topics if t.topic_id in names],
+                              api)
+    refused, ok = {}, []
+    for t in topics:
+        name = names.get(t.topic_id)
+        for p in t.partitions:
+            tp = (t.topic_id, p.partition_index)
+            if name is None:
+                refused[tp] = (int(ErrorCode.UNKNOWN_TOPIC_ID), "This server does not host this topic ID.")
+            elif name in denied:
+                refused[tp] = (int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None)
+            else:
+                ok.append((t.topic_id, p))
+    return names, refused, ok
+
+
 def _top_error(code, message=None):
     return R(throttle_time_ms=0, error_code=int(code), error_message=message, acquisition_lock_timeout_ms=0,
              responses=[], node_endpoints=[])
@@ -54,24 +75,10 @@ def handle(ctx, header, request, session=None):
         return _top_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if mgr is None:
         return _top_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
-    denied = ctx.unauthorized(session, A.READ, A.TOPIC, [names[t.topic_id] for t in request.topics
-                                                         if t.topic_id in names], "ShareFetch")
-    failed: dict = {}  # (tid, p) -> PartitionResult with an error
-    wanted, acks = [], []
-    for t in request.topics:
-        name = names.get(t.topic_id)
-        for p in t.partitions:
-            tp = (t.topic_id, p.partition_index)
-            if name is None:
-                failed[tp] = PartitionResult(*tp, error=int(ErrorCode.UNKNOWN_TOPIC_ID),
-                                             message="This server does not host this topic ID.")
-            elif name in denied:
-                failed[tp] = PartitionResult(*tp, error=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-            else:
-                wanted.append(tp)
-                if p.acknowledgement_batches:
-                    acks.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
+    names, refused, wanted = resolve_partitions(ctx, session, request.topics, "ShareFetch")
+    failed = {tp: PartitionResult(*tp, error=code, message=message) for tp, (code, message) in refused.items()}
+    acks = [(tid, p.partition_index, p.acknowledgement_batches) for tid, p in wanted if p.acknowledgement_batches]
+    wanted = [(tid, p.partition_index) for tid, p in wanted]
     forgotten = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
     try:
         _session, tps = mgr.open_fetch(group, member, epoch, wanted, forgotten, bool(acks), owner=session)
@@ -105,14 +112,7 @@ async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_re
         remaining = deadline - loop.time()
         if remaining <= 0 or getattr(ctx, "shutting_down", False):
             break
-        fut = loop.create_future()
-        timer = loop.call_later(remaining, lambda f=fut: f.done() or f.set_result(None))
-        ctx.wait_for_append(keys, fut)
-        try:
-            await fut
-        finally:
-            timer.cancel()
-            ctx.forget_waiter(keys, fut)
+        await ctx.appended(keys, remaining)
         if (group, member) not in mgr.sessions:  # closed meanwhile (the member left)
             break
         results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)

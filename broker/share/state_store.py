@@ -35,7 +35,7 @@ from protocol import messages as M
 from protocol import records as rec
 
 from broker.coordinator import records as fmt
-from broker.coordinator.store import iter_topic_batches
+from broker.coordinator.store import internal_topic_partitions, iter_topic_batches
 
 log = logging.getLogger("chronolog.share.state")
 
@@ -103,12 +103,7 @@ class ShareStateStore:
         self.notify = notify or (lambda topic, partition: None)
 
     def _partitions(self) -> int:
-        info = self.lm.get_topic(STATE_TOPIC)
-        if info is None:
-            log.info("creating %s with %d partitions", STATE_TOPIC, self.num_partitions)
-            info = self.lm.create_topic(STATE_TOPIC, self.num_partitions,
-                                        {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)})
-        return info.num_partitions
+        return internal_topic_partitions(self.lm, STATE_TOPIC, self.num_partitions, self.segment_bytes)
 
     def write(self, entries) -> None:
         """``entries``: [((group, topic id, partition), ShareState or None)], one batch per

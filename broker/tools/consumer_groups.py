@@ -83,8 +83,14 @@ def validate_args(args) -> None:
         if reset_only:
             raise UsageError("--describe takes no --topic or reset option")
         return
+    validate_reset_args(args, chosen, SCENARIOS)
+
+
+def validate_reset_args(args, chosen: list[str], scenarios) -> None:
+    """--reset-offsets: one scenario of ``scenarios``, --topic or --all-topics, and
+    parseable values (shared with share-groups)."""
     if len(chosen) != 1:
-        names = ", ".join("--" + s.replace("_", "-") for s in SCENARIOS)
+        names = ", ".join("--" + s.replace("_", "-") for s in scenarios)
         if not chosen:
             raise UsageError(f"--reset-offsets needs one of {names}")
         raise UsageError("--reset-offsets takes only one of " +
@@ -382,8 +388,6 @@ def _describe(client, group: str) -> int:
 
 
 def _reset(client, args) -> int:
-    from broker.tools.timeparse import parse_datetime, parse_duration
-
     group = args.group
     coord = client.coordinator(group)
     state, _, _ = describe_group(coord, group)
@@ -398,61 +402,76 @@ def _reset(client, args) -> int:
         leaders = _leaders_for(client, {t for t, _ in parts})
         parts = [tp for tp in parts if tp[0] in leaders and tp[1] in leaders[tp[0]]]
     else:
-        specs = [parse_topic_spec(t) for t in args.topic]
-        leaders = client.topic_partitions(sorted({t for t, _ in specs}))
-        parts = []
-        for t, ps in specs:
-            if ps is None:
-                parts += [(t, p) for p in sorted(leaders[t])]
-            else:
-                bad = [p for p in ps if p not in leaders[t]]
-                if bad:
-                    raise ToolError(f"--topic {t}: no partition {','.join(map(str, bad))} "
-                                    f"(the topic has {len(leaders[t])})")
-                parts += [(t, p) for p in ps]
-        parts = sorted(set(parts))
+        parts, leaders = topic_partitions_of(client, args.topic)
         committed = fetch_committed(coord, group, parts) if (args.shift_by is not None or args.to_current) else {}
-    plan: dict[tuple[str, int], int] = {}
-    if args.to_earliest:
-        plan = _offsets(client, parts, -2, leaders)
-    elif args.to_latest:
-        plan = _offsets(client, parts, -1, leaders)
-    elif args.to_offset is not None or args.shift_by is not None or args.to_current:
+    if args.shift_by is not None or args.to_current:
         lo = _offsets(client, parts, -2, leaders)
         hi = _offsets(client, parts, -1, leaders)
+        plan = {}
         for tp in parts:
-            if args.to_offset is not None:
-                want = args.to_offset
-            else:
-                if tp not in committed:
-                    raise ToolError(f"--group {group}: no committed offset for {tp[0]}-{tp[1]} to "
-                                    f"{'shift' if args.shift_by is not None else 'keep'}")
-                want = committed[tp] + (args.shift_by or 0)
-            plan[tp] = min(max(want, lo[tp]), hi[tp])
+            if tp not in committed:
+                raise ToolError(f"--group {group}: no committed offset for {tp[0]}-{tp[1]} to "
+                                f"{'shift' if args.shift_by is not None else 'keep'}")
+            plan[tp] = min(max(committed[tp] + (args.shift_by or 0), lo[tp]), hi[tp])
     else:
-        if args.to_datetime is not None:
-            ts = parse_datetime(args.to_datetime, "--to-datetime")
-        else:
-            ts = int(time.time() * 1000) - parse_duration(args.by_duration, "--by-duration")
-        if ts < 0:
-            raise UsageError(f"--to-datetime/--by-duration: the time {ts} ms is before 1970")
-        by_time = _offsets(client, parts, ts, leaders)
-        missing = [tp for tp, off in by_time.items() if off < 0]
-        latest = _offsets(client, missing, -1, leaders) if missing else {}
-        plan = {tp: (off if off >= 0 else latest[tp]) for tp, off in by_time.items()}
-    fmt = "{:<30} {:<30} {:<10} {:<15}"
-    print()
-    print(fmt.format("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET").rstrip())
-    for tp in sorted(plan):
-        print(fmt.format(group, tp[0], tp[1], plan[tp]).rstrip())
-    print()
-    if not args.execute:
-        if not args.dry_run:
-            print("WARN: No action will be performed as the --execute option is missing "
-                  "(add --dry-run to keep this behaviour without the warning).", file=sys.stderr)
+        plan = plan_reset(client, args, parts, leaders)
+    if not print_plan(args, group, plan, "NEW-OFFSET"):
         return 0
     _commit(coord, group, plan)
     return 0
+
+
+def topic_partitions_of(client, specs: list[str]):
+    """``--topic T`` / ``--topic T:0,1`` (repeatable) -> (sorted partitions, leaders)."""
+    parsed = [parse_topic_spec(t) for t in specs]
+    leaders = client.topic_partitions(sorted({t for t, _ in parsed}))
+    parts = set()
+    for t, ps in parsed:
+        bad = [p for p in ps or () if p not in leaders[t]]
+        if bad:
+            raise ToolError(f"--topic {t}: no partition {','.join(map(str, bad))} (the topic has {len(leaders[t])})")
+        parts.update((t, p) for p in (sorted(leaders[t]) if ps is None else ps))
+    return sorted(parts), leaders
+
+
+def plan_reset(client, args, parts, leaders) -> dict[tuple[str, int], int]:
+    """The new offsets of --to-earliest, --to-latest, --to-offset (kept within the log),
+    --to-datetime or --by-duration (the first offset at or after the time, else the log
+    end offset), by ListOffsets."""
+    from broker.tools.timeparse import parse_datetime, parse_duration
+
+    if args.to_earliest:
+        return _offsets(client, parts, -2, leaders)
+    if args.to_latest:
+        return _offsets(client, parts, -1, leaders)
+    if args.to_offset is not None:
+        lo, hi = _offsets(client, parts, -2, leaders), _offsets(client, parts, -1, leaders)
+        return {tp: min(max(args.to_offset, lo[tp]), hi[tp]) for tp in parts}
+    if args.to_datetime is not None:
+        ts = parse_datetime(args.to_datetime, "--to-datetime")
+    else:
+        ts = int(time.time() * 1000) - parse_duration(args.by_duration, "--by-duration")
+    if ts < 0:
+        raise UsageError(f"--to-datetime/--by-duration: the time {ts} ms is before 1970")
+    by_time = _offsets(client, parts, ts, leaders)
+    missing = [tp for tp, off in by_time.items() if off < 0]
+    latest = _offsets(client, missing, -1, leaders) if missing else {}
+    return {tp: (off if off >= 0 else latest[tp]) for tp, off in by_time.items()}
+
+
+def print_plan(args, group: str, plan: dict, column: str) -> bool:
+    """Print GROUP TOPIC PARTITION <column>; True when --execute asks to apply it (else
+    Kafka's warning unless --dry-run)."""
+    fmt = "{:<30} {:<30} {:<10} {:<15}"
+    print()
+    print(fmt.format("GROUP", "TOPIC", "PARTITION", column).rstrip())
+    for tp in sorted(plan):
+        print(fmt.format(group, tp[0], tp[1], plan[tp]).rstrip())
+    print()
+    if not args.execute and not args.dry_run:
+        print("WARN: No action will be performed as the --execute option is missing "
+              "(add --dry-run to keep this behaviour without the warning).", file=sys.stderr)
+    return bool(args.execute)
 
 
 def _commit(coord, group: str, plan: dict[tuple[str, int], int]) -> None:

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import sys
-import time
 
 from broker.tools import ToolError, UsageError, add_common_args, run_tool
 
@@ -56,7 +55,7 @@ def register(sub) -> None:
 
 def validate_args(args) -> None:
     """Flag combinations (UsageError: exit 2)."""
-    from broker.tools.consumer_groups import parse_topic_spec
+    from broker.tools.consumer_groups import validate_reset_args
 
     chosen = [s for s in SCENARIOS if getattr(args, s) not in (None, False)]
     reset_opts = chosen or args.all_topics or args.execute or args.dry_run
@@ -85,24 +84,7 @@ def validate_args(args) -> None:
             if ":" in t:
                 raise UsageError(f"--delete-offsets: --topic {t!r}: whole topics only")
         return
-    if len(chosen) != 1:
-        names = ", ".join("--" + s.replace("_", "-") for s in SCENARIOS)
-        raise UsageError(f"--reset-offsets needs one of {names}" if not chosen else
-                         "--reset-offsets takes only one of " + ", ".join("--" + s.replace("_", "-") for s in chosen))
-    if bool(args.topic) == bool(args.all_topics):
-        raise UsageError("--reset-offsets needs either --topic or --all-topics")
-    if args.to_offset is not None and args.to_offset < 0:
-        raise UsageError(f"--to-offset: invalid value {args.to_offset} (must be >= 0)")
-    if args.to_datetime is not None:
-        from broker.tools.timeparse import parse_datetime
-
-        parse_datetime(args.to_datetime, "--to-datetime")
-    if args.by_duration is not None:
-        from broker.tools.timeparse import parse_duration
-
-        parse_duration(args.by_duration, "--by-duration")
-    for t in args.topic:
-        parse_topic_spec(t)
+    validate_reset_args(args, chosen, SCENARIOS)
 
 
 def _run(args) -> int:
@@ -219,8 +201,7 @@ def _describe(client, coord, args) -> int:
 
 def _reset(client, coord, args) -> int:
     from broker.tools.client import error_name
-    from broker.tools.consumer_groups import _leaders_for, _offsets, parse_topic_spec
-    from broker.tools.timeparse import parse_datetime, parse_duration
+    from broker.tools.consumer_groups import _leaders_for, plan_reset, print_plan, topic_partitions_of
     from protocol.messages import AlterShareGroupOffsetsRequest as Req
 
     group = args.group
@@ -238,39 +219,9 @@ def _reset(client, coord, args) -> int:
         leaders = _leaders_for(client, {t for t, _ in parts})
         parts = [tp for tp in parts if tp[0] in leaders and tp[1] in leaders[tp[0]]]
     else:
-        specs = [parse_topic_spec(t) for t in args.topic]
-        leaders = client.topic_partitions(sorted({t for t, _ in specs}))
-        parts = set()
-        for t, ps in specs:
-            bad = [p for p in ps or () if p not in leaders[t]]
-            if bad:
-                raise ToolError(f"--topic {t}: no partition {','.join(map(str, bad))} (the topic has {len(leaders[t])})")
-            parts.update((t, p) for p in (sorted(leaders[t]) if ps is None else ps))
-        parts = sorted(parts)
-    if args.to_earliest:
-        plan = _offsets(client, parts, -2, leaders)
-    elif args.to_latest:
-        plan = _offsets(client, parts, -1, leaders)
-    elif args.to_offset is not None:
-        lo, hi = _offsets(client, parts, -2, leaders), _offsets(client, parts, -1, leaders)
-        plan = {tp: min(max(args.to_offset, lo[tp]), hi[tp]) for tp in parts}
-    else:
-        if args.to_datetime is not None:
-            ts = parse_datetime(args.to_datetime, "--to-datetime")
-        else:
-            ts = int(time.time() * 1000) - parse_duration(args.by_duration, "--by-duration")
-        if ts < 0:
-            raise UsageError(f"--to-datetime/--by-duration: the time {ts} ms is before 1970")
-        by_time = _offsets(client, parts, ts, leaders)
-        missing = [tp for tp, off in by_time.items() if off < 0]
-        latest = _offsets(client, missing, -1, leaders) if missing else {}
-        plan = {tp: (off if off >= 0 else latest[tp]) for tp, off in by_time.items()}
-    _table([(group, t, p, plan[(t, p)]) for t, p in sorted(plan)], ("GROUP", "TOPIC", "PARTITION", "NEW-START-OFFSET"))
-    print()
-    if not args.execute:
-        if not args.dry_run:
-            print("WARN: No action will be performed as the --execute option is missing "
-                  "(add --dry-run to keep this behaviour without the warning).", file=sys.stderr)
+        parts, leaders = topic_partitions_of(client, args.topic)
+    plan = plan_reset(client, args, parts, leaders)
+    if not print_plan(args, group, plan, "NEW-START-OFFSET"):
         return 0
     by_topic: dict[str, list] = {}
     for (t, p), off in sorted(plan.items()):
