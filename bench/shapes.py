@@ -29,6 +29,10 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   (linger.ms=5), then a clean stop and a start on the same data: the start-up time
   (process start to a Metadata answer listing every partition), the RSS and the open
   file descriptors after it, and the descriptor count during the produce.
+* ``share``: share groups (issue 18). ``--records`` records of 100 B on 4 partitions read
+  by ``--share-consumers`` (4) ShareConsumer processes of one share group (implicit
+  acknowledgement). Reports records delivered/s, broker CPU per record (acquisition,
+  locks, acknowledgements and the ``__share_group_state`` writes) and redeliveries.
 
     .venv/bin/python bench/shapes.py                         # every shape, both brokers
     .venv/bin/python bench/shapes.py --shapes small --brokers chronolog
@@ -67,7 +71,7 @@ except ImportError:
     from throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log, process_tree_cpu_seconds,
                             process_tree_rss_mb, start_broker, stop_broker, wait_ready)
 
-SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many")
+SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many", "share")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
@@ -284,6 +288,66 @@ def shape_fanout(bp, args) -> dict:
             "cpu_us_per_record": cpu / delivered * 1e6, "rss_mb": process_tree_rss_mb(bp.proc.pid)}
 
 
+# ----------------------------------------------------------------------------- share
+def _share_consumer(bootstrap: str, group: str, topic: str, stop_at: int, out) -> None:
+    """One member of a share group (implicit acknowledgement): polls until the group's
+    shared counter of delivered records reaches ``stop_at`` or nothing comes for 5 s."""
+    from confluent_kafka import ShareConsumer
+
+    sc = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+    sc.subscribe([topic])
+    got, idle_since = 0, time.monotonic()
+    while True:
+        batch = [m for m in sc.poll(timeout=0.2) if not m.error()]
+        if batch:
+            got += len(batch)
+            idle_since = time.monotonic()
+            with stop_at.get_lock():
+                stop_at.value -= len(batch)
+        if stop_at.value <= 0 or time.monotonic() - idle_since > 5:
+            break
+    sc.commit_sync()
+    sc.close()
+    out.put(got)
+
+
+def shape_share(bp, args) -> dict:
+    """Share groups (KIP-932): ``--records`` records of 100 B on 4 partitions, read by
+    ``--share-consumers`` ShareConsumer processes of one share group, each record
+    acquired by one of them and accepted implicitly."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic, group = f"share-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    create_topic(bp.bootstrap, topic, 4)
+    admin = AdminClient({"bootstrap.servers": bp.bootstrap})
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    produce_n(p, topic, args.records, b"s" * 100, partitions=4)
+    if p.flush(300):
+        raise BenchError("records left unsent")
+    ctx = mp.get_context("spawn")
+    q, left = ctx.Queue(), ctx.Value("q", args.records)
+    procs = [ctx.Process(target=_share_consumer, args=(bp.bootstrap, group, topic, left, q))
+             for _ in range(args.share_consumers)]
+    cpu0 = process_tree_cpu_seconds(bp.proc.pid)
+    t = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    delivered = sum(q.get(timeout=600) for _ in procs)
+    wall = time.perf_counter() - t
+    cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
+    for proc in procs:
+        proc.join()
+    if delivered < args.records:
+        raise BenchError(f"delivered {delivered} of {args.records}")
+    return {"consumers": args.share_consumers, "records": args.records, "records_per_s": delivered / wall,
+            "cpu_us_per_record": cpu / delivered * 1e6, "redelivered": delivered - args.records,
+            "rss_mb": process_tree_rss_mb(bp.proc.pid)}
+
+
 # ----------------------------------------------------------------------------- idle
 def _api_versions_request(correlation_id: int) -> bytes:
     client = b"idle-bench"
@@ -449,7 +513,8 @@ def shape_latency_high(bp, args) -> dict:
 
 
 RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shape_latency,
-           "latency-high": shape_latency_high, "fanout": shape_fanout, "idle": shape_idle, "many": shape_many}
+           "latency-high": shape_latency_high, "fanout": shape_fanout, "idle": shape_idle, "many": shape_many,
+           "share": shape_share}
 COLUMNS = {
     "small": [("records_per_s", "records/s", "{:,.0f}"), ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
     "partitions": [("produce_records_per_s", "produce rec/s", "{:,.0f}"),
@@ -462,6 +527,9 @@ COLUMNS = {
 COLUMNS["latency-high"] = COLUMNS["latency"]
 COLUMNS["fanout"] = [("records_per_s", "records delivered/s", "{:,.0f}"),
                      ("cpu_us_per_record", "broker CPU µs/record", "{:.2f}"), ("rss_mb", "RSS MiB", "{:.0f}")]
+COLUMNS["share"] = [("records_per_s", "records delivered/s", "{:,.0f}"),
+                    ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}"), ("redelivered", "redelivered", "{:,.0f}"),
+                    ("rss_mb", "RSS MiB", "{:.0f}")]
 COLUMNS["idle"] = [("p99_alone_ms", "p99 alone ms", "{:.2f}"), ("p99_idle_ms", "p99 with idle ms", "{:.2f}"),
                    ("p99_ratio", "p99 ratio", "{:.2f}"), ("p999_idle_ms", "p99.9 with idle ms", "{:.2f}"),
                    ("rss_mb", "RSS MiB", "{:.0f}")]
@@ -510,6 +578,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10, help="latency: seconds per run (10)")
     ap.add_argument("--consumers", type=int, default=8, help="fanout: consumer processes (8)")
     ap.add_argument("--idle-connections", type=int, default=1000, help="idle: idle connections (1000)")
+    ap.add_argument("--share-consumers", type=int, default=4, help="share: share consumer processes (4)")
     ap.add_argument("--many-partitions", type=int, default=10_000, help="many: partitions (10000)")
     ap.add_argument("--chronolog-cmd", default=default_chronolog_cmd())
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
