@@ -515,3 +515,31 @@ def test_share_fetch_v2_record_limit_and_renewed_locks(sbroker):
     finally:
         a.close()
         b.close()
+
+
+def test_two_share_groups_and_a_consumer_group_each_get_every_record(sbroker):
+    from confluent_kafka import Consumer
+
+    bs = sbroker.bootstrap
+    topic = create_topic(bs, unique_topic("sharemulti"), partitions=2)
+    g1, g2 = new_group(bs), new_group(bs)
+    produce(bs, topic, 50, partitions=2)
+    a, b = consumer(bs, g1), consumer(bs, g2)
+    classic = Consumer({"bootstrap.servers": bs, "group.id": "classic-" + g1, "auto.offset.reset": "earliest"})
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+        classic.subscribe([topic])
+        got_a, got_b = drain([a], 50)[0], drain([b], 50)[0]
+        seen = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 50 and time.monotonic() < deadline:
+            m = classic.poll(0.5)
+            if m is not None and not m.error():
+                seen.append((m.partition(), m.offset()))
+        expected = sorted((p, o) for p in (0, 1) for o in range(25))
+        assert sorted(keys(got_a)) == expected and sorted(keys(got_b)) == expected and sorted(seen) == expected
+    finally:
+        a.close()
+        b.close()
+        classic.close()
