@@ -70,7 +70,9 @@ class SharePartition:
         self.end = start_offset
         self.max_in_flight = max_in_flight
         self.delivery_limit = delivery_limit
-        self._recs: dict[int, _Rec] = {}
+        self._recs: dict[int, _Rec] = {}  # in offset order (inserted ascending)
+        self._available = 0  # how many of them are AVAILABLE, and ACQUIRED
+        self._acquired = 0
         # counters for /metrics: deliveries after the first, records archived by the limit or a reject
         self.redelivered = 0
         self.archived = 0
@@ -87,25 +89,20 @@ class SharePartition:
     def next_fetch_offset(self) -> int:
         """Where the next read of the log should start: the lowest available in-flight
         offset, else the end."""
-        lowest = self.end
-        for off, r in self._recs.items():
-            if r.state == AVAILABLE and off < lowest:
-                lowest = off
-        return lowest
+        if self._available:
+            for off, r in self._recs.items():  # offset order
+                if r.state == AVAILABLE:
+                    return off
+        return self.end
 
     def has_available(self) -> bool:
-        return any(r.state == AVAILABLE for r in self._recs.values())
+        return self._available > 0
 
     def acquired_count(self) -> int:
-        return sum(1 for r in self._recs.values() if r.state == ACQUIRED)
+        return self._acquired
 
     def done_in_flight(self) -> int:
         return sum(1 for r in self._recs.values() if r.state in _DONE)
-
-    def next_deadline(self) -> int | None:
-        """The earliest lock deadline, None when nothing is acquired."""
-        deadlines = [r.deadline for r in self._recs.values() if r.state == ACQUIRED]
-        return min(deadlines) if deadlines else None
 
     def can_acquire(self) -> bool:
         return self.end - self.start < self.max_in_flight or self.has_available()
@@ -142,12 +139,14 @@ class SharePartition:
                     if b.is_control:
                         self._recs[off] = _Rec(ARCHIVED)
                         continue
-                    r = self._recs[off] = _Rec(AVAILABLE)
+                    r = self._recs[off] = _Rec(ACQUIRED)
                 else:
                     r = self._recs.get(off)
                     if r is None or r.state != AVAILABLE or b.is_control:
                         continue
+                    self._available -= 1
                 r.state, r.member, r.deadline = ACQUIRED, member, deadline
+                self._acquired += 1
                 r.count += 1
                 if r.count > 1:
                     self.redelivered += 1
@@ -167,6 +166,31 @@ class SharePartition:
         or one per offset. Returns OK, INVALID_REQUEST (a malformed batch) or
         INVALID_RECORD_STATE (an offset not acquired by ``member``); on an error
         nothing changes."""
+        recs = self._held(member, first, last, types)
+        if isinstance(recs, int):
+            return recs
+        for i, r in enumerate(recs):
+            t = types[0] if len(types) == 1 else types[i]
+            if t == RENEW:
+                r.deadline = now_ms + lock_ms
+            elif t == RELEASE:
+                self._release(r)
+            else:
+                r.state, r.member = _ACK_STATE[t], None
+                self._acquired -= 1
+                if t == REJECT:
+                    self.archived += 1
+        self._advance()
+        return OK
+
+    def check_acknowledge(self, member: str, first: int, last: int, types) -> int:
+        """What :meth:`acknowledge` would answer, changing nothing (to check every batch of
+        a request before applying any)."""
+        found = self._held(member, first, last, types)
+        return found if isinstance(found, int) else OK
+
+    def _held(self, member: str, first: int, last: int, types):
+        """The records of ``first``..``last``, all ACQUIRED by ``member``, or the error code."""
         n = last - first + 1
         if n <= 0 or len(types) not in (1, n) or any(t not in (GAP, ACCEPT, RELEASE, REJECT, RENEW) for t in types):
             return INVALID_REQUEST
@@ -176,18 +200,7 @@ class SharePartition:
             if r is None or r.state != ACQUIRED or r.member != member:
                 return INVALID_RECORD_STATE
             recs.append(r)
-        for i, r in enumerate(recs):
-            t = types[0] if len(types) == 1 else types[i]
-            if t == RENEW:
-                r.deadline = now_ms + lock_ms
-            elif t == RELEASE:
-                self._release(r)
-            else:
-                r.state, r.member = _ACK_STATE[t], None
-                if t == REJECT:
-                    self.archived += 1
-        self._advance()
-        return OK
+        return recs
 
     def expire(self, now_ms: int) -> int:
         """Unlock every record whose lock has passed; returns how many."""
@@ -201,7 +214,9 @@ class SharePartition:
         """The log's start passed records in flight (retention, DeleteRecords)."""
         if log_start > self.start:
             for off in [o for o in self._recs if o < log_start]:
-                del self._recs[off]
+                r = self._recs.pop(off)
+                self._available -= r.state == AVAILABLE
+                self._acquired -= r.state == ACQUIRED
             self.start = log_start
             self.end = max(self.end, log_start)
             self._advance()
@@ -209,6 +224,7 @@ class SharePartition:
     def reset(self, start_offset: int) -> None:
         """A new start offset, nothing in flight (an admin reset of an empty group)."""
         self._recs.clear()
+        self._available = self._acquired = 0
         self.start = self.end = start_offset
 
     # ------------------------------------------------------------------ persistence
@@ -216,8 +232,7 @@ class SharePartition:
         """(start offset, [(first, last, state, delivery count)]) with ACQUIRED written
         as AVAILABLE and adjacent equal runs merged."""
         out: list[list[int]] = []
-        for off in sorted(self._recs):
-            r = self._recs[off]
+        for off, r in self._recs.items():  # offset order
             state = AVAILABLE if r.state == ACQUIRED else r.state
             if out and out[-1][1] == off - 1 and out[-1][2] == state and out[-1][3] == r.count:
                 out[-1][1] = off
@@ -227,18 +242,23 @@ class SharePartition:
 
     def load(self, start_offset: int, batches) -> None:
         """Restore a :meth:`snapshot` (state batches may overlap; later ones win)."""
-        self._recs.clear()
+        recs: dict[int, _Rec] = {}
         self.start = self.end = start_offset
         for first, last, state, count in batches:
             if state not in (AVAILABLE, ACKNOWLEDGED, ARCHIVED):
                 state = AVAILABLE
             for off in range(max(first, start_offset), last + 1):
-                self._recs[off] = _Rec(state, count)
+                recs[off] = _Rec(state, count)
             self.end = max(self.end, last + 1)
+        self._recs = {off: recs[off] for off in sorted(recs)}
+        self._available = sum(1 for r in recs.values() if r.state == AVAILABLE)
+        self._acquired = 0
         self._advance()
 
     # ------------------------------------------------------------------ internals
     def _release_where(self, pred) -> int:
+        if not self._acquired:
+            return 0
         n = 0
         for r in self._recs.values():
             if r.state == ACQUIRED and pred(r):
@@ -250,11 +270,13 @@ class SharePartition:
 
     def _release(self, r: _Rec) -> None:
         r.member = None
+        self._acquired -= 1
         if r.count >= self.delivery_limit:
             r.state = ARCHIVED
             self.archived += 1
         else:
             r.state = AVAILABLE
+            self._available += 1
 
     def _advance(self) -> None:
         recs = self._recs

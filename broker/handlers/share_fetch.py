@@ -84,9 +84,11 @@ def handle(ctx, header, request, session=None):
         _session, tps = mgr.open_fetch(group, member, epoch, wanted, forgotten, bool(acks), owner=session)
     except ShareError as exc:
         return _top_error(exc.code, str(exc) or None)
-    ack_results = mgr.acknowledge_all(group, member, acks, renew_ok=header.api_version >= 2)
+    # written with the acquisition below: one snapshot per partition per request
+    ack_results = mgr.acknowledge_all(group, member, acks, renew_ok=header.api_version >= 2, persist=False)
     lock_ms = int(mgr.group_config(group)["share.record.lock.duration.ms"])
     if epoch == FINAL_EPOCH or mode == RENEW_ONLY:
+        mgr.flush()
         if epoch == FINAL_EPOCH:
             mgr.close_session(group, member)
         return _response(ctx, [], failed, ack_results, lock_ms, full=False, wanted=wanted)

@@ -88,6 +88,7 @@ class SharePartitionManager:
         self.meta: dict[tuple, SS.ShareState] = {}             # their epochs and timestamps on disk
         self.sessions: dict[tuple, ShareSession] = {}         # (group, member)
         self._locked: set = set()  # keys of share-partitions holding acquired records
+        self._dirty: set = set()   # keys changed but not yet written (within one request)
         self.acquired_total = 0
         # redeliveries and archived records of share-partitions since deleted (the totals stay monotonic)
         self._gone_redelivered = 0
@@ -240,8 +241,16 @@ class SharePartitionManager:
                      len(touched))
             self._after_change(touched)
 
-    def _after_change(self, keys) -> None:
-        self._persist(keys)
+    def _after_change(self, keys, persist: bool = True) -> None:
+        """Bookkeeping after state changed: written to ``__share_group_state`` now, or
+        (``persist=False``) with the next write of this request (:meth:`flush`, or the
+        acquisition that follows in the same ShareFetch); parked fetches woken where
+        records became available."""
+        if persist:
+            self._persist(set(keys) | self._dirty)
+            self._dirty.clear()
+        else:
+            self._dirty.update(keys)
         names = self._names()
         for key in keys:
             sp = self.partitions.get(key)
@@ -264,22 +273,31 @@ class SharePartitionManager:
         for (a1, b1), (a2, _b2) in zip(ranges, ranges[1:]):
             if a2 <= b1:
                 return int(E.INVALID_REQUEST), f"Overlapping acknowledgement batches ({a1}-{b1} and {a2}-{_b2})."
-        for b in batches:
+        for b in batches:  # every batch is checked before any is applied: all or nothing
             types = list(b.acknowledge_types)
             if not renew_ok and S.RENEW in types:
                 return int(E.INVALID_REQUEST), "Renew acknowledgements need ShareFetch/ShareAcknowledge v2."
-            code = sp.acknowledge(member_id, b.first_offset, b.last_offset, types, now, lock_ms)
+            code = sp.check_acknowledge(member_id, b.first_offset, b.last_offset, types)
             if code == S.INVALID_REQUEST:
                 return int(E.INVALID_REQUEST), (f"Invalid acknowledgement batch {b.first_offset}-{b.last_offset} "
                                                 f"with types {types}.")
             if code == S.INVALID_RECORD_STATE:
                 return int(E.INVALID_RECORD_STATE), (f"Offsets {b.first_offset}-{b.last_offset} are not all acquired "
                                                      f"by member {member_id}.")
+        for b in batches:
+            sp.acknowledge(member_id, b.first_offset, b.last_offset, list(b.acknowledge_types), now, lock_ms)
         return 0, None
 
-    def acknowledge_all(self, group_id: str, member_id: str, items, renew_ok: bool) -> dict:
+    def flush(self) -> None:
+        """Write what changed and was left for later (``persist=False``)."""
+        if self._dirty:
+            self._persist(self._dirty)
+            self._dirty.clear()
+
+    def acknowledge_all(self, group_id: str, member_id: str, items, renew_ok: bool, persist: bool = True) -> dict:
         """``items``: [(topic id, partition, batches)]. Returns {(tid, p): (code, message)}
-        and persists what changed."""
+        and persists what changed (``persist=False``: a ShareFetch writes it with what it
+        acquires, one snapshot per partition per request)."""
         out, touched = {}, []
         for tid, p, batches in items:
             if not batches:
@@ -287,7 +305,7 @@ class SharePartitionManager:
             out[(tid, p)] = self._acknowledge(group_id, member_id, tid, p, batches, renew_ok)
             touched.append((group_id, tid, p))
         if touched:
-            self._after_change([k for k in touched if k in self.partitions])
+            self._after_change([k for k in touched if k in self.partitions], persist)
         return out
 
     def share_acknowledge(self, group_id: str, member_id: str, epoch: int, items, renew_ok: bool) -> dict:
@@ -383,8 +401,9 @@ class SharePartitionManager:
                                    if h.last_offset >= first and h.base_offset <= last)
             budget_bytes -= len(res.records)
             self._locked.add(key)
-        if touched:
-            self._persist(touched)
+        if touched or self._dirty:
+            self._persist(set(touched) | self._dirty)
+            self._dirty.clear()
         return results
 
     # ------------------------------------------------------------------ timers

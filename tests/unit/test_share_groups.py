@@ -117,6 +117,11 @@ def test_sessions_epochs_acks_and_lock_expiry(world):
     with pytest.raises(ShareError) as err:
         w.mgr.share_acknowledge("g", "a", 7, [], False)
     assert err.value.code == E.INVALID_SHARE_SESSION_EPOCH
+    # a partition's batches are all or nothing: 0-1 is fine, 20-21 was never acquired
+    mixed = [SimpleNamespace(first_offset=0, last_offset=1, acknowledge_types=[1]),
+             SimpleNamespace(first_offset=20, last_offset=21, acknowledge_types=[1])]
+    assert w.mgr.acknowledge_all("g", "a", [(w.tid, 0, mixed)], False)[tp][0] == E.INVALID_RECORD_STATE
+    assert w.mgr.partitions[("g", w.tid, 0)].state_of(0)[0] == 1  # still ACQUIRED
     ack = SimpleNamespace(first_offset=0, last_offset=3, acknowledge_types=[1])
     assert w.mgr.share_acknowledge("g", "a", 1, [(w.tid, 0, [ack])], False) == {tp: (0, None)}
     again = SimpleNamespace(first_offset=3, last_offset=4, acknowledge_types=[1])

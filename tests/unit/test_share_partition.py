@@ -253,5 +253,9 @@ def test_state_machine_agrees_with_the_dense_model(seed):
                 else:
                     assert got == (e[0], e[1], e[2]), (o, got, e)
                     assert o >= sp.start
+        # the counters kept beside the records agree with a recount, and offsets stay in order
+        assert sp.acquired_count() == sum(1 for e in model.st.values() if e[0] == S.ACQUIRED)
+        assert sp.has_available() == any(r.state == S.AVAILABLE for r in sp._recs.values())
+        assert list(sp._recs) == sorted(sp._recs)
         nf = model.next_fetch()
         assert nf is None or sp.next_fetch_offset() <= nf
