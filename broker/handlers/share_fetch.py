@@ -94,7 +94,7 @@ def handle(ctx, header, request, session=None):
         return _response(ctx, [], failed, ack_results, lock_ms, full=False, wanted=wanted)
     tps = [tp for tp in tps if tp not in failed and names.get(tp[0]) is not None]
     max_records = request.max_records if request.max_records > 0 else 500
-    max_bytes = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    max_bytes = max(0, request.max_bytes)  # 0: nothing fits, nothing is acquired (as Kafka)
     strict = mode == RECORD_LIMIT
     results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)
     full = epoch == INITIAL_EPOCH

@@ -340,7 +340,7 @@ class SharePartitionManager:
         now = int(self.clock.time_ms())
         results, touched = [], []
         names = self._names()
-        budget_records, budget_bytes = max(1, max_records), max(1, max_bytes)
+        budget_records, budget_bytes = max(1, max_records), max_bytes  # MaxBytes 0: nothing is read
         for tid, p in tps:
             res = PartitionResult(tid, p)
             results.append(res)

@@ -292,11 +292,11 @@ class Share:
                                                              rack_id=None, subscribed_topic_names=topics))
 
     def fetch(self, group, member, epoch, tid, acks=(), forget=False, max_wait=0, version=1, mode=0,
-              max_records=100):
+              max_records=100, max_bytes=1 << 20):
         R = T.ShareFetchRequest
         batches = [R.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=list(t)) for a, b, t in acks]
         return self.call(78, version, R(group_id=group, member_id=member, share_session_epoch=epoch,
-                                        max_wait_ms=max_wait, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+                                        max_wait_ms=max_wait, min_bytes=1, max_bytes=max_bytes, max_records=max_records,
                                         batch_size=100, share_acquire_mode=mode,
                                         topics=[] if forget else [R.FetchTopic(topic_id=tid, partitions=[
                                             R.FetchPartition(partition_index=0, acknowledgement_batches=batches)])],
@@ -338,6 +338,8 @@ def test_bad_share_requests_get_kafka_errors_and_lose_nothing(sbroker):
         # a session must be opened first, and without acknowledgements
         assert a.fetch(group, ma, 1, tid).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
         assert a.fetch(group, ma, 0, tid, acks=[(0, 0, [1])]).error_code == ErrorCode.INVALID_REQUEST
+        nothing = a.fetch(group, ma, 0, tid, max_wait=200, max_bytes=0)  # nothing fits in 0 bytes
+        assert nothing.error_code == 0 and _part(nothing).acquired_records == []
         r = a.fetch(group, ma, 0, tid, max_wait=2000)
         assert r.error_code == 0 and r.acquisition_lock_timeout_ms == 2000
         assert [(x.first_offset, x.last_offset, x.delivery_count) for x in _part(r).acquired_records] == [(0, 9, 1)]
