@@ -91,7 +91,7 @@ def handle(ctx, header, request, session=None):
         mgr.flush()
         if epoch == FINAL_EPOCH:
             mgr.close_session(group, member)
-        return _response(ctx, [], failed, ack_results, lock_ms, full=False, wanted=wanted)
+        return _response(ctx, names, [], failed, ack_results, lock_ms, full=False, wanted=wanted)
     tps = [tp for tp in tps if tp not in failed and names.get(tp[0]) is not None]
     max_records = request.max_records if request.max_records > 0 else 500
     max_bytes = max(0, request.max_bytes)  # 0: nothing fits, nothing is acquired (as Kafka)
@@ -99,14 +99,14 @@ def handle(ctx, header, request, session=None):
     results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)
     full = epoch == INITIAL_EPOCH
     if any(r.acquired or r.error for r in results) or request.max_wait_ms <= 0 or not tps:
-        return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)
+        return _response(ctx, names, results, failed, ack_results, lock_ms, full, wanted)
     keys = [(names[tid], p) for tid, p in tps]
-    return _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
-                      max_records, max_bytes, strict)
+    return _long_poll(ctx, names, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full,
+                      wanted, max_records, max_bytes, strict)
 
 
-async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full, wanted,
-                     max_records, max_bytes, strict):
+async def _long_poll(ctx, names, mgr, request, group, member, tps, keys, failed, ack_results, lock_ms, full,
+                     wanted, max_records, max_bytes, strict):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000.0
     results = []
@@ -120,11 +120,10 @@ async def _long_poll(ctx, mgr, request, group, member, tps, keys, failed, ack_re
         results = mgr.acquire(group, member, tps, max_records, max_bytes, strict)
         if any(r.acquired or r.error for r in results):
             break
-    return _response(ctx, results, failed, ack_results, lock_ms, full, wanted)
+    return _response(ctx, names, results, failed, ack_results, lock_ms, full, wanted)
 
 
-def _response(ctx, results, failed, ack_results, lock_ms, full, wanted):
-    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+def _response(ctx, names, results, failed, ack_results, lock_ms, full, wanted):
     by_tp = {(r.topic_id, r.partition): r for r in results}
     by_tp.update(failed)
     order = list(dict.fromkeys(list(wanted) + list(by_tp) + list(ack_results)))

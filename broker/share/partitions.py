@@ -106,9 +106,7 @@ class SharePartitionManager:
     def load(self, states: dict) -> None:
         """The state replayed from ``__share_group_state`` at start."""
         for (group, tid, p), st in states.items():
-            cfg = self._config(group)
-            sp = S.SharePartition(st.start_offset, max_in_flight=int(cfg["share.partition.max.record.locks"]),
-                                  delivery_limit=int(cfg["share.delivery.count.limit"]))
+            sp = self._new_partition(self._config(group), st.start_offset)
             sp.load(st.start_offset, st.batches)
             self.partitions[(group, tid, p)] = sp
             self.meta[(group, tid, p)] = st
@@ -144,9 +142,7 @@ class SharePartitionManager:
             except Exception:
                 continue
             cfg = self._config(group_id)
-            sp = S.SharePartition(self._start_offset(group_id, plog),
-                                  max_in_flight=int(cfg["share.partition.max.record.locks"]),
-                                  delivery_limit=int(cfg["share.delivery.count.limit"]))
+            sp = self._new_partition(cfg, self._start_offset(group_id, plog))
             self.partitions[key] = sp
             self.meta[key] = SS.ShareState(sp.start, [])
             new.append(key)
@@ -167,8 +163,15 @@ class SharePartitionManager:
             entries.append((key, meta))
         self.store.write(entries)
 
-    def _apply_group_config(self, key, sp) -> None:
-        cfg = self._config(key[0])
+    @staticmethod
+    def _new_partition(cfg: dict, start_offset: int) -> S.SharePartition:
+        """A share-partition with its group's limits (``cfg``: the effective GROUP configs)."""
+        return S.SharePartition(start_offset, max_in_flight=int(cfg["share.partition.max.record.locks"]),
+                                delivery_limit=int(cfg["share.delivery.count.limit"]))
+
+    @staticmethod
+    def _apply_group_config(cfg: dict, sp) -> None:
+        """The group's limits as they are now (its GROUP configs may have changed)."""
         sp.max_in_flight = int(cfg["share.partition.max.record.locks"])
         sp.delivery_limit = int(cfg["share.delivery.count.limit"])
 
@@ -361,7 +364,7 @@ class SharePartitionManager:
             except Exception:
                 res.error, res.message = int(E.UNKNOWN_TOPIC_OR_PARTITION), f"Unknown partition {name}-{p}."
                 continue
-            self._apply_group_config(key, sp)
+            self._apply_group_config(cfg, sp)
             before = sp.start
             sp.log_start_moved(plog.log_start_offset)
             if not sp.can_acquire():
@@ -439,9 +442,7 @@ class SharePartitionManager:
             key = (group_id, tid, p)
             sp = self.partitions.get(key)
             if sp is None:
-                cfg = self._config(group_id)
-                sp = S.SharePartition(offset, max_in_flight=int(cfg["share.partition.max.record.locks"]),
-                                      delivery_limit=int(cfg["share.delivery.count.limit"]))
+                sp = self._new_partition(self._config(group_id), offset)
                 self.partitions[key] = sp
             sp.reset(offset)
             self.meta.setdefault(key, SS.ShareState(offset, [])).state_epoch += 1
