@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 class _Conn:
     _peer = "bench:0"
+    session = None  # no authentication: the PLAINTEXT listener without SASL
     peer_host = "/127.0.0.1"
 
     def close(self) -> None:  # pragma: no cover - a failed request

@@ -18,6 +18,7 @@ from time import perf_counter
 from typing import Any, Callable
 
 from protocol import codec
+from protocol.codec import KafkaStruct
 from protocol.errors import ErrorCode
 
 from broker import handlers
@@ -220,7 +221,7 @@ class Dispatcher:
             return self._error_response(conn, header, request, exc)
         quotas = self.ctx.client_quotas
         throttled = quotas is not None and quotas.enforcing
-        if inspect.isawaitable(result):
+        if result is not None and not isinstance(result, KafkaStruct) and inspect.isawaitable(result):
             return self._finish_async(conn, header, request, result, started,
                                       (len(frame), perf_counter() - started) if throttled else None)
         throttle_ms = 0

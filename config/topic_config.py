@@ -11,6 +11,7 @@ still has its default (Long.MAX_VALUE) the difference value is used instead.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -350,15 +351,17 @@ class TopicConfig(BaseModel):
     def overrides(self) -> dict[str, str]:
         return dict(self._overrides)
 
-    @property
+    # Derived values read on every append: computed once (a TopicConfig is never changed
+    # in place; a config change makes a new one).
+    @functools.cached_property
     def compact(self) -> bool:
         return "compact" in [p.lower() for p in self.cleanup_policy]
 
-    @property
+    @functools.cached_property
     def delete(self) -> bool:
         return "delete" in [p.lower() for p in self.cleanup_policy]
 
-    @property
+    @functools.cached_property
     def max_segment_ms(self) -> int:
         """LogConfig.maxSegmentMs: a compacted topic rolls at least every
         max.compaction.lag.ms, so a record cannot stay in the (never cleaned) active
@@ -367,7 +370,7 @@ class TopicConfig(BaseModel):
             return min(self.max_compaction_lag_ms, self.segment_ms)
         return self.segment_ms
 
-    @property
+    @functools.cached_property
     def is_log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 

@@ -105,6 +105,7 @@ _CONTROLLED_SHUTDOWN = 7
 
 _S_hh = struct.Struct(">hh")
 _S_i = struct.Struct(">i")
+_S_ii = struct.Struct(">ii")
 
 
 def request_class(api_key: int) -> type:
@@ -256,17 +257,42 @@ def _join(chunks: Iterable[Any]) -> bytes:
 # Requests
 
 
+# (api key, version) -> what decoding its request needs, or encoding its response: the
+# generated functions of the same schemas, looked up once per pair instead of through
+# the name, schema and version checks on every request (the produce path's per-request
+# cost; see README "Other shapes of work")
+_REQ_PLANS: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+_RESP_PLANS: dict[tuple[int, int], tuple[Any, str, bool, type]] = {}
+
+
+def _request_plan(api_key: int, api_version: int):
+    """(header decoder, body decoder, body name) of a supported pair, else None."""
+    name = _REQ_NAMES.get(api_key)
+    if name is None or api_version not in _schema.load_message(name).valid_versions:
+        return None
+    plan = _REQ_PLANS[(api_key, api_version)] = (
+        get_decoder("RequestHeader", request_header_version(api_key, api_version)),
+        get_decoder(name, api_version), name)
+    return plan
+
+
 def decode_request_header(frame: Any) -> tuple[Any, int]:
     """``(RequestHeader, body_offset)`` for any api key and version.
 
     For a known api key and flexible version the header's tagged fields are skipped
     (header v2); for ControlledShutdown v0 it is header v0; otherwise v1.
     """
-    mv = _as_view(frame)
+    mv = frame if type(frame) is memoryview and frame.format == "B" and frame.ndim == 1 else _as_view(frame)
     try:
         api_key, api_version = _S_hh.unpack_from(mv, 0)
     except struct.error:
         raise DecodeError(f"request header truncated ({len(mv)} bytes)") from None
+    plan = _REQ_PLANS.get((api_key, api_version)) or _request_plan(api_key, api_version)
+    if plan is not None:
+        try:
+            return plan[0](mv, 0)
+        except _DECODE_ERRORS:
+            pass  # again below, for the message naming the field
     hv = 1
     name = _REQ_NAMES.get(api_key)
     if name is not None and api_version in _schema.load_message(name).valid_versions:
@@ -308,6 +334,13 @@ def decode_request(frame: Any) -> tuple[Any, Any]:
 def decode_request_body(header: Any, frame: Any, pos: int) -> Any:
     """The request body that starts at ``pos`` (as returned by
     :func:`decode_request_header`), for callers that look at the header first."""
+    plan = _REQ_PLANS.get((header.api_key, header.api_version))
+    if plan is not None:
+        mv = frame if type(frame) is memoryview and frame.format == "B" and frame.ndim == 1 else _as_view(frame)
+        try:
+            return plan[1](mv, pos)[0]
+        except _DECODE_ERRORS:
+            pass  # again below, for the message naming the field
     name = _checked_name(_REQ_NAMES, header.api_key, header.api_version, header)
     body, _ = _decode(name, header.api_version, _as_view(frame), pos)
     return body
@@ -343,14 +376,25 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     Bytes-like records larger than ``INLINE_RECORDS_MAX`` also get their own chunk so
     they are not copied.
     """
-    name = _checked_name(_RESP_NAMES, api_key, api_version)
-    _check_body(name, body)
+    plan = _RESP_PLANS.get((api_key, api_version))
+    if plan is None:
+        name = _checked_name(_RESP_NAMES, api_key, api_version)
+        plan = _RESP_PLANS[(api_key, api_version)] = (
+            get_encoder(name, api_version), name, response_header_version(api_key, api_version) == 1,
+            get_class(name))
+    encoder, name, flexible_header, cls = plan
+    if type(body) is not cls:
+        _check_body(name, body)
     chunks: list = []
-    out = bytearray(4)
-    out += _S_i.pack(correlation_id)
-    if response_header_version(api_key, api_version) == 1:
+    out = bytearray(_S_ii.pack(0, correlation_id))  # size prefix (patched below), correlation id
+    if flexible_header:
         out.append(0)  # no tagged fields in the response header
-    out = _encode(name, api_version, body, out, chunks)
+    try:
+        out = encoder(body, out, chunks)
+    except Exception:  # noqa: BLE001 - again through _encode, for the message naming the field
+        del out[8 + flexible_header:]
+        chunks.clear()
+        out = _encode(name, api_version, body, out, chunks)
     if not chunks or len(out):
         chunks.append(out)
     total = 0

@@ -63,6 +63,7 @@ import struct
 import time
 from typing import NamedTuple
 
+from protocol.records import parse_batch_header
 from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
@@ -530,8 +531,6 @@ class Log:
 
     def _producer_batches(self, va) -> list[ProducerBatch]:
         """The batches of a validated append that carry a producer id."""
-        from protocol.records import parse_batch_header
-
         buf = va.buffer
         out = []
         for b in va.batches:

@@ -287,7 +287,13 @@ class LogSegment:
 
     def _write_at(self, buf, position: int) -> None:
         fd = self._file.fileno()
-        view = memoryview(buf)
+        written = os.pwrite(fd, buf, position)
+        if written == len(buf):  # the whole of it, as a regular file takes it
+            return
+        if written <= 0:  # pragma: no cover
+            raise OSError(f"pwrite to {self.log_path} wrote {written} bytes")
+        view = memoryview(buf)[written:]
+        position += written
         try:
             while len(view):
                 written = os.pwrite(fd, view, position)
