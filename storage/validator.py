@@ -223,12 +223,13 @@ def _check_batch(h: R.BatchHeader) -> None:
     if h.records_count != h.last_offset_delta + 1:
         raise E.InvalidRecordError(
             f"inconsistent batch: lastOffsetDelta {h.last_offset_delta} + 1 != recordsCount {h.records_count}")
-    if h.is_control:
+    attrs = h.attributes
+    if attrs & R.CONTROL_MASK:
         raise E.InvalidRecordError("clients are not allowed to write control records (control attribute set)")
     if h.producer_id >= 0 and h.base_sequence < 0:
         raise E.InvalidRecordError(
             f"invalid baseSequence {h.base_sequence} in record batch with producerId {h.producer_id}")
-    if h.compression > 4:
+    if attrs & R.COMPRESSION_MASK > 4:
         raise E.CorruptRecordError(f"unknown compression codec id {h.compression} in batch attributes")
 
 
@@ -317,17 +318,18 @@ class _V2Analysis(Analysis):
         after = config.message_timestamp_after_max_ms
         check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
         compact = bool(getattr(config, "compact", False))
-        self.walks = []
+        self.spans = batches  # (position, header) of each batch, as they are
+        self.walks = walks = []
         for pos, h in batches:
             _check_batch(h)
-            lat_bit = bool(h.attributes & R.TIMESTAMP_TYPE_MASK)
+            lat_bit = h.attributes & R.TIMESTAMP_TYPE_MASK
             if lat_topic and lat_bit:
                 raise E.InvalidTimestampError(
                     "one or more records have been rejected due to invalid timestamp",
                     _lat_bit_errors(h.records_count))
-            walker = RecordWalker(h.records_count, h.base_timestamp, lat_topic or lat_bit, now,
+            walker = RecordWalker(h.records_count, h.base_timestamp, lat_topic or bool(lat_bit), now,
                                   before, after, check_window and not lat_bit, compact)
-            self.walks.append(_BatchWalk(mv, pos, h, walker, max_records_bytes))
+            walks.append(_BatchWalk(mv, pos, h, walker, max_records_bytes))
 
     @property
     def pending(self) -> bool:
@@ -421,12 +423,11 @@ class _V2Analysis(Analysis):
         if not self._concluded:
             raise RuntimeError("assign() before the analysis completed")
         mv = self.mv
-        walks = self.walks
         if self.rebuilt:
             parts = []
             spans = []
             at = 0
-            for i, w in enumerate(walks):
+            for i, w in enumerate(self.walks):
                 chunk = self.rebuilt.get(i)
                 if chunk is None:
                     chunk = mv[w.pos:w.pos + w.h.size]
@@ -435,9 +436,10 @@ class _V2Analysis(Analysis):
                 at += len(chunk)
             buf = bytearray(b"".join(parts))
         else:
-            spans = [(w.pos, w.h) for w in walks]
+            spans = self.spans
             buf = None
-        total = spans[-1][0] + spans[-1][1].size
+        last_pos, last_h = spans[-1]
+        total = last_pos + last_h.batch_length + R.LOG_OVERHEAD
         seg = getattr(self.config, "segment_bytes", None)
         if isinstance(seg, int) and total > seg:
             raise E.RecordListTooLargeError(
@@ -464,7 +466,7 @@ class _V2Analysis(Analysis):
             if bmax > max_ts:
                 max_ts = bmax
                 off_of_max = last
-            infos.append(BatchInfo(pos, h.size, offset, last, bmax, last))
+            infos.append(BatchInfo(pos, h.batch_length + R.LOG_OVERHEAD, offset, last, bmax, last))
             count += h.records_count
             offset = last + 1
         return ValidatedAppend(buf, next_offset, offset - 1, max_ts, off_of_max, append_time, count, infos)
