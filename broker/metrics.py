@@ -206,6 +206,16 @@ class _EventMetricsCollector:
         return [m.family() for m in self.metrics]
 
 
+def _holds_error_code(spec, _seen=None) -> bool:
+    """Whether a struct spec has an ``error_code`` field, itself or in a struct below it."""
+    seen = _seen if _seen is not None else set()
+    if id(spec) in seen:
+        return False
+    seen.add(id(spec))
+    return any(f.py_name == "error_code" or (f.struct is not None and _holds_error_code(f.struct, seen))
+               for f in spec.fields)
+
+
 class _ErrorCodeWalker:
     """Error codes in a response (Kafka's ``AbstractResponse.errorCounts``): every
     non-zero ``error_code`` field anywhere in the response structure. Per generated
@@ -219,7 +229,10 @@ class _ErrorCodeWalker:
         spec = getattr(cls, "_struct_spec", None)
         fields = list(spec.fields) if spec is not None else []
         has_error = any(f.py_name == "error_code" for f in fields)
-        nested = tuple((f.py_name, f.is_array) for f in fields if f.struct is not None)
+        # only the structs that hold an error code somewhere below (a produce answer's
+        # record errors and leader hints hold none: not walked)
+        nested = tuple((f.py_name, f.is_array) for f in fields
+                       if f.struct is not None and _holds_error_code(f.struct))
         plan = (has_error, nested)
         self._plans[cls] = plan
         return plan
