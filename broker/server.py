@@ -57,6 +57,22 @@ def _apply_dynamic_configs(listeners, static_cfg, effective_cfg) -> None:
         log.error("the dynamic listener settings do not load (%s); the configured ones apply", exc)
 
 
+def _elr_safety_configs(lm, static_cfg) -> None:
+    """Eligible leader replicas (KIP-966) are on in a Kafka 4.1+ cluster: its controller
+    writes a cluster-level ``min.insync.replicas`` (the static value) when there is none,
+    and removes per-broker ones, before serving (config.describe.elr_safety_configs).
+    Stored like any dynamic broker config, so it is written once."""
+    from config.describe import elr_safety_configs
+
+    per_broker, default = lm.dynamic_broker_configs()
+    change = elr_safety_configs(static_cfg.min_insync_replicas, per_broker, default)
+    if change is None:
+        return
+    lm.set_dynamic_broker_configs(per_broker=change[0], default=change[1])
+    log.info("cluster-level min.insync.replicas=%s (eligible leader replicas, KIP-966)",
+             change[1]["min.insync.replicas"])
+
+
 class BrokerServer:
     """The running broker. Usable from tests in-process as well as from ``run``."""
 
@@ -146,6 +162,7 @@ class BrokerServer:
             metrics = BrokerMetrics()
         loading_started = asyncio.get_running_loop().time()
         self.log_manager.startup(defer=True)  # clean partitions load after the listeners are up
+        _elr_safety_configs(self.log_manager, cfg)
         _apply_dynamic_configs(listeners, cfg, self.log_manager.broker_config)
         if metrics is not None:
             metrics.recovery_seconds.set(asyncio.get_running_loop().time() - loading_started)

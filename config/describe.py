@@ -20,6 +20,11 @@ DynamicBrokerConfig compute them.
   of every topic property but ``message.format.version``) and that Chronolog knows.
   Anything else is refused as Kafka refuses it ("Cannot update these configs
   dynamically: ..."; the broker answers INVALID_REQUEST).
+* Eligible leader replicas (KIP-966), on in every Kafka cluster created by 4.1 or later:
+  the cluster-level ``min.insync.replicas`` always exists (written with the static value
+  when missing, and a per-broker one removed: Kafka's ``maybeGenerateElrSafetyRecords``),
+  so every topic reports it as a DYNAMIC_DEFAULT_BROKER_CONFIG; it cannot be removed,
+  and a broker-level one cannot be set (INVALID_CONFIG; ``elr_alter_error``).
 """
 
 from __future__ import annotations
@@ -328,6 +333,37 @@ def effective_broker_config(static_cfg, dynamic_default: Mapping[str, str] | Non
 
 class DynamicConfigError(Exception):
     """A dynamic broker config change Kafka refuses (answered INVALID_REQUEST)."""
+
+
+#: the config eligible leader replicas (KIP-966) keep at the cluster level
+ELR_MIN_ISR = "min.insync.replicas"
+
+
+def elr_safety_configs(static_min_isr: int, per_broker: Mapping[str, str],
+                       default: Mapping[str, str]) -> Optional[tuple[dict, dict]]:
+    """Kafka's ``ConfigurationControlManager.maybeGenerateElrSafetyRecords``, run when the
+    node starts: the new (per-broker, cluster default) dynamic configs with a
+    cluster-level ``min.insync.replicas`` (the static value) and none per broker, or None
+    when they already are so."""
+    if ELR_MIN_ISR in default and ELR_MIN_ISR not in per_broker:
+        return None
+    new_default = dict(default)
+    new_default.setdefault(ELR_MIN_ISR, str(int(static_min_isr)))
+    return {k: v for k, v in per_broker.items() if k != ELR_MIN_ISR}, new_default
+
+
+def elr_alter_error(per_broker: bool, named, current: Mapping[str, str],
+                    new: Mapping[str, Optional[str]]) -> Optional[str]:
+    """Kafka's ELR checks of a broker config change (``validateAlterConfig``), or None:
+    a broker-level ``min.insync.replicas`` may not be named at all, the cluster-level one
+    may not be removed (deleted, or left out of a whole new set)."""
+    if per_broker:
+        if ELR_MIN_ISR in named:
+            return f"Broker-level {ELR_MIN_ISR} cannot be altered while ELR is enabled."
+        return None
+    if new.get(ELR_MIN_ISR) is None and (ELR_MIN_ISR in named or ELR_MIN_ISR in current):
+        return f"Cluster-level {ELR_MIN_ISR} cannot be removed while ELR is enabled."
+    return None
 
 
 def validate_dynamic_update(props: Mapping[str, Optional[str]], per_broker: bool = True) -> None:

@@ -14,7 +14,11 @@ As Kafka (ConfigAdminManager.preprocess, ConfigurationControlManager):
   (config.describe.DYNAMIC_BROKER_CONFIGS) may change, others answer INVALID_REQUEST
   "Cannot update these configs dynamically: Set(...)", and invalid values INVALID_REQUEST
   too (KAFKA-13609: Kafka wraps the ConfigException so); applied to every topic without
-  an override of its own and persisted in the log dirs;
+  an override of its own and persisted in the log dirs; eligible leader replicas
+  (KIP-966, on as in any Kafka 4.1+ cluster): a broker-level ``min.insync.replicas``
+  answers INVALID_CONFIG "Broker-level min.insync.replicas cannot be altered while ELR
+  is enabled.", removing the cluster-level one INVALID_CONFIG "Cluster-level
+  min.insync.replicas cannot be removed while ELR is enabled.";
 * a TLS listener's key and trust material, ``listener.name.<l>.ssl.keystore.*`` /
   ``ssl.truststore.*``, per broker only (Kafka's dynamic keystore update): the new
   keystore is loaded and its certificate must keep the DN and SANs
@@ -94,7 +98,7 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
     config set of the resource from its current one; ``named`` are the config names the
     request gave. Raises AlterError."""
     from config import ConfigError
-    from config.describe import DynamicConfigError, validate_dynamic_update
+    from config.describe import DynamicConfigError, elr_alter_error, validate_dynamic_update
     from config.properties import value_to_string
 
     lm = ctx.log_manager
@@ -155,6 +159,10 @@ def alter_resource(ctx, rtype, rname, make_new, validate_only, named=()):
             listener_plan = plan_listener_settings(ctx.listeners or [], candidate)
         except (ConfigError, DynamicConfigError) as exc:
             raise AlterError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        # the controller's checks, after the broker's own (Kafka forwards the request)
+        elr = elr_alter_error(bool(rname), named, current, new)
+        if elr is not None:
+            raise AlterError(ErrorCode.INVALID_CONFIG, elr)
         if validate_only:
             return
         try:

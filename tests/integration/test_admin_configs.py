@@ -204,9 +204,11 @@ def test_describe_static_broker_config_sources(broker_factory):
     assert bcfg["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert bcfg["node.id"].is_read_only is True and bcfg["node.id"].value == "0"
     assert bcfg["log.retention.hours"].is_read_only is True  # not dynamic in Kafka either
-    # the cluster-default resource ("") holds only dynamic defaults: none yet
+    # the cluster-default resource ("") holds only dynamic defaults: the one every Kafka
+    # 4.1+ cluster has (eligible leader replicas, KIP-966), from the static value
     d = raw_describe(b.port, 4, "")
-    assert d.error_code == 0 and d.configs == []
+    assert d.error_code == 0
+    assert [(c.name, c.value, c.config_source) for c in d.configs] == [("min.insync.replicas", "1", 3)]
 
 
 def test_describe_other_broker_id_is_invalid_request(broker):
@@ -480,7 +482,8 @@ def test_dynamic_cluster_default_broker_config(broker_factory):
     assert cfg["segment.bytes"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
     d = raw_describe(b.port, 4, "")
     assert d.error_code == 0
-    assert [(c.name, c.value, c.config_source) for c in d.configs] == [("log.segment.bytes", "2097152", 3)]
+    assert [(c.name, c.value, c.config_source) for c in d.configs] == [
+        ("log.segment.bytes", "2097152", 3), ("min.insync.replicas", "1", 3)]
     assert raw_incremental(b.port, 4, "", [("log.retention.hours", 0, "1")])[0] == 42
     # a per-broker value wins over the cluster default
     ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("log.segment.bytes", "SET", "3145728")])
@@ -510,6 +513,51 @@ def test_dynamic_cluster_default_broker_config(broker_factory):
     assert echoed["message.timestamp.type"] == ("LogAppendTime", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     assert echoed["retention.ms"] == ("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     assert echoed["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_eligible_leader_replicas_cluster_min_insync_replicas(broker_factory):
+    """A Kafka 4.1+ cluster runs with eligible leader replicas (KIP-966): its controller
+    writes a cluster-level min.insync.replicas (the static value) before serving, so every
+    topic reports it as a dynamic cluster default (confluent-kafka-python's
+    test_incremental_alter_configs expects it among a topic's non-default configs); it
+    cannot be removed, and no broker may have its own."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigSource, ResourceType
+    from protocol.messages import AlterConfigsRequest as AC
+
+    b = broker_factory({"min.insync.replicas": "2"})
+    topic = create_topic(b.bootstrap, unique_topic("elr"))
+    cfg = ck_topic_configs(b.bootstrap, topic)
+    assert (cfg["min.insync.replicas"].value, cfg["min.insync.replicas"].source) == \
+        ("2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert not cfg["min.insync.replicas"].is_default
+    assert [n for n, e in cfg.items() if not e.is_default] == ["min.insync.replicas"]
+    (entry,) = [c for c in raw_describe(b.port, 4, "0").configs if c.name == "min.insync.replicas"]
+    assert (entry.value, entry.config_source) == ("2", 3)
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("min.insync.replicas", "2", 3), ("min.insync.replicas", "2", 4), ("min.insync.replicas", "1", 5)]
+    # removing it: deleted by name, or left out of a legacy whole-set replacement
+    removal = "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
+    assert raw_incremental(b.port, 4, "", [("min.insync.replicas", 1, None)]) == (40, removal)  # INVALID_CONFIG
+    assert raw_incremental(b.port, 4, "", [("min.insync.replicas", 1, None)], validate_only=True) == (40, removal)
+    body = AC(resources=[AC.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+        AC.AlterableConfig(name="log.segment.bytes", value="2097152")])], validate_only=False)
+    (r,) = raw_request(b.port, 33, 1, body).responses
+    assert (r.error_code, r.error_message) == (40, removal)
+    # a broker-level value, whatever the operation
+    with pytest.raises(KafkaException) as e:
+        ck_incremental(b.bootstrap, ResourceType.BROKER, "0", [("min.insync.replicas", "SET", "1")])
+    assert ck_error(e) == (40, "Broker-level min.insync.replicas cannot be altered while ELR is enabled.")
+    # changing the cluster-level value is allowed and reaches the topics
+    assert raw_incremental(b.port, 4, "", [("min.insync.replicas", 0, "1")]) == (0, None)
+    assert ck_topic_configs(b.bootstrap, topic)["min.insync.replicas"].value == "1"
+    # written once: a restart with another static value keeps the stored one
+    b.overrides["min.insync.replicas"] = "3"
+    b.restart()
+    assert ck_topic_configs(b.bootstrap, topic)["min.insync.replicas"].value == "1"
+    # nothing was changed by the refused requests
+    d = raw_describe(b.port, 4, "")
+    assert [(c.name, c.value) for c in d.configs] == [("min.insync.replicas", "1")]
 
 
 def test_dynamic_listener_and_connection_configs_apply_live(broker_factory):
