@@ -238,7 +238,10 @@ def test_topics_create_list_describe_delete(broker):
     m = re.fullmatch(rf"Topic: {re.escape(name)}\tTopicId: ([A-Za-z0-9_-]{{22}})\tPartitionCount: 3"
                      r"\tReplicationFactor: 1\tConfigs: (.*)", lines[0])
     assert m, lines[0]
-    assert sorted(m.group(2).split(",")) == ["message.timestamp.type=LogAppendTime", "retention.ms=3600000"]
+    # the topic's overrides and every config not at Kafka's default: the cluster-level
+    # min.insync.replicas of eligible leader replicas (KIP-966) too, as Kafka 4.1+ shows
+    assert sorted(m.group(2).split(",")) == ["message.timestamp.type=LogAppendTime", "min.insync.replicas=1",
+                                             "retention.ms=3600000"]
     assert lines[1:] == [f"\tTopic: {name}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A"
                          f"\tLastKnownElr: N/A" for p in range(3)]
     # the topic id is the one a stock client sees
@@ -273,7 +276,7 @@ def test_topics_create_with_broker_default_partitions_and_errors(broker):
     name = unique_topic("cli-topics-default")
     ok(tool("topics", "--bootstrap-server", b, "--create", "--topic", name))
     lines = ok(tool("topics", "--bootstrap-server", b, "--describe", "--topic", name))
-    assert "\tPartitionCount: 1\t" in lines[0] and lines[0].endswith("\tConfigs: "), lines
+    assert "\tPartitionCount: 1\t" in lines[0] and lines[0].endswith("\tConfigs: min.insync.replicas=1"), lines
     bad = unique_topic("cli-topics-bad")
     fails(tool("topics", "--bootstrap-server", b, "--create", "--topic", bad, "--config", "retention.ms=abc"),
           1, "INVALID_CONFIG")

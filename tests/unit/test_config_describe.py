@@ -210,3 +210,29 @@ def test_listener_prefixed_values_keep_through_dynamic_layers_and_are_described(
         ("listener.name.ssl.ssl.keystore.location", "/a.pem", STATIC_BROKER_CONFIG)]
     pw = got["listener.name.ssl.ssl.key.password"]
     assert pw.value is None and pw.is_sensitive and pw.source == STATIC_BROKER_CONFIG
+
+
+def test_elr_safety_configs_as_kafkas_activation():
+    from config.describe import elr_safety_configs
+
+    # nothing stored: the cluster level gets the static value
+    assert elr_safety_configs(2, {}, {}) == ({}, {"min.insync.replicas": "2"})
+    # a stored cluster value is kept; a per-broker one is removed, other configs stay
+    assert elr_safety_configs(2, {"min.insync.replicas": "3", "log.retention.ms": "5"},
+                              {"min.insync.replicas": "1"}) == \
+        ({"log.retention.ms": "5"}, {"min.insync.replicas": "1"})
+    # already safe: nothing to write
+    assert elr_safety_configs(2, {"log.retention.ms": "5"}, {"min.insync.replicas": "1"}) is None
+
+
+def test_elr_alter_error_rules():
+    from config.describe import elr_alter_error
+
+    cur = {"min.insync.replicas": "1"}
+    assert "Broker-level" in elr_alter_error(True, ["min.insync.replicas"], {}, {"min.insync.replicas": "2"})
+    assert "Broker-level" in elr_alter_error(True, ["min.insync.replicas"], {}, {})  # a DELETE too
+    assert elr_alter_error(True, ["log.retention.ms"], {}, {"log.retention.ms": "5"}) is None
+    assert "Cluster-level" in elr_alter_error(False, ["min.insync.replicas"], cur, {})  # DELETE
+    assert "Cluster-level" in elr_alter_error(False, ["log.retention.ms"], cur, {"log.retention.ms": "5"})  # left out
+    assert elr_alter_error(False, ["min.insync.replicas"], cur, {"min.insync.replicas": "2"}) is None
+    assert elr_alter_error(False, ["log.retention.ms"], cur, {**cur, "log.retention.ms": "5"}) is None
