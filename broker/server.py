@@ -62,13 +62,22 @@ def _elr_safety_configs(lm, static_cfg) -> None:
     writes a cluster-level ``min.insync.replicas`` (the static value) when there is none,
     and removes per-broker ones, before serving (config.describe.elr_safety_configs).
     Stored like any dynamic broker config, so it is written once."""
+    from config import ConfigError
     from config.describe import elr_safety_configs
 
+    if lm.dynamic_broker_configs_ignored:
+        log.warning("the stored dynamic broker configs did not load: the cluster-level min.insync.replicas "
+                    "is not written, so that the file stays as it is")
+        return
     per_broker, default = lm.dynamic_broker_configs()
     change = elr_safety_configs(static_cfg.min_insync_replicas, per_broker, default)
     if change is None:
         return
-    lm.set_dynamic_broker_configs(per_broker=change[0], default=change[1])
+    try:
+        lm.set_dynamic_broker_configs(per_broker=change[0], default=change[1])
+    except ConfigError as exc:  # the configs as they are keep serving
+        log.error("the cluster-level min.insync.replicas could not be written: %s", exc)
+        return
     log.info("cluster-level min.insync.replicas=%s (eligible leader replicas, KIP-966)",
              change[1]["min.insync.replicas"])
 

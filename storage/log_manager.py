@@ -775,6 +775,12 @@ class LogManager:
         """The broker config as started (file, env, overrides), without dynamic configs."""
         return self.__dict__.get("_static_broker_config", self.broker_config)
 
+    @property
+    def dynamic_broker_configs_ignored(self) -> bool:
+        """True when the stored dynamic broker configs did not load at start (invalid
+        together): the file is left as it is until an AlterConfigs replaces it."""
+        return bool(self.__dict__.get("_dynamic_ignored"))
+
     def dynamic_broker_configs(self) -> tuple[dict[str, str], dict[str, str]]:
         """(this broker's dynamic configs, the dynamic cluster defaults)."""
         return (dict(self.__dict__.get("_dynamic_broker", {})),
@@ -809,6 +815,7 @@ class LogManager:
             effective = effective_broker_config(static, default, per_broker)
         except Exception as e:
             logger.error("ignoring the dynamic broker configs in %s: %s", DYNAMIC_BROKER_CONFIGS_FILE, e)
+            self.__dict__["_dynamic_ignored"] = True
             return
         self.__dict__["_dynamic_broker"] = per_broker
         self.__dict__["_dynamic_default"] = default
