@@ -6,7 +6,8 @@
 * ``--describe [--topic T|REGEX]`` (Metadata + DescribeConfigs) prints Kafka's format:
   ``Topic: T<TAB>TopicId: ...<TAB>PartitionCount: N<TAB>ReplicationFactor: R<TAB>Configs: k=v,...``
   (the non-default configs), then one ``<TAB>Topic: T<TAB>Partition: p<TAB>Leader: ...``
-  line per partition.
+  line per partition, its ``Elr`` and ``LastKnownElr`` from DescribeTopicPartitions (as
+  Kafka's admin client reads them from a 3.7+ broker; ``N/A`` from an older one).
 * ``--delete --topic T`` (DeleteTopics) prints nothing, as kafka-topics.sh.
 * ``--alter --topic T --partitions N`` (CreatePartitions).
 """
@@ -200,12 +201,35 @@ def is_default(entry, version: int) -> bool:
     return entry.config_source == _SOURCE_DEFAULT
 
 
+def _elr_lists(client, names: list[str], limit: int = 2000) -> dict:
+    """``{(topic, partition): (elr, last known elr)}`` from DescribeTopicPartitions, page
+    by page (its cursor); empty when the broker does not support it."""
+    from protocol.messages import DescribeTopicPartitionsRequest as Req
+
+    conn = client.any()
+    if not conn.supports(75):
+        return {}
+    out: dict = {}
+    cursor = None
+    while True:
+        req = Req(topics=[Req.TopicRequest(name=n) for n in names], response_partition_limit=limit, cursor=cursor)
+        _, resp = conn.request(req, conn.version_for(75))
+        for t in resp.topics:
+            for p in t.partitions:
+                out[(t.name, p.partition_index)] = (p.eligible_leader_replicas, p.last_known_elr)
+        nxt = resp.next_cursor
+        if nxt is None:
+            return out
+        cursor = Req.Cursor(topic_name=nxt.topic_name, partition_index=nxt.partition_index)
+
+
 def _describe(client, names: list[str]) -> int:
     import uuid
 
     if not names:
         return 0
     md = client.metadata(names)
+    elr = _elr_lists(client, names)
     by_name = {t.name: t for t in md.topics}
     configs: dict = {}
     if client.any().supports(32):
@@ -230,7 +254,9 @@ def _describe(client, names: list[str]) -> int:
         print(line)
         for p in parts:
             leader = p.leader_id if p.leader_id >= 0 else "none"
+            lists = elr.get((name, p.partition_index))
+            elrs = ("N/A", "N/A") if lists is None else tuple(",".join(map(str, x)) for x in lists)
             print(f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {leader}"
                   f"\tReplicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
-                  f"\tElr: N/A\tLastKnownElr: N/A")
+                  f"\tElr: {elrs[0]}\tLastKnownElr: {elrs[1]}")
     return 0

@@ -242,8 +242,10 @@ def test_topics_create_list_describe_delete(broker):
     # min.insync.replicas of eligible leader replicas (KIP-966) too, as Kafka 4.1+ shows
     assert sorted(m.group(2).split(",")) == ["message.timestamp.type=LogAppendTime", "min.insync.replicas=1",
                                              "retention.ms=3600000"]
-    assert lines[1:] == [f"\tTopic: {name}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A"
-                         f"\tLastKnownElr: N/A" for p in range(3)]
+    # the eligible leader replicas as DescribeTopicPartitions lists them (none on one
+    # node), as Kafka 4's kafka-topics prints them
+    assert lines[1:] == [f"\tTopic: {name}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: "
+                         f"\tLastKnownElr: " for p in range(3)]
     # the topic id is the one a stock client sees
     from confluent_kafka import TopicCollection
 
@@ -269,6 +271,23 @@ def test_topics_create_list_describe_delete(broker):
     assert name not in ok(tool("topics", "--bootstrap-server", b, "--list"))
     fails(tool("topics", "--bootstrap-server", b, "--delete", "--topic", name), 1, name, "does not exist")
     fails(tool("topics", "--bootstrap-server", b, "--describe", "--topic", name), 1, name, "does not exist")
+
+
+def test_topics_describe_reads_elr_lists_page_by_page(broker):
+    """DescribeTopicPartitions answers at most ResponsePartitionLimit partitions and a
+    cursor to go on from: every partition of every topic is read once, in order."""
+    from broker.tools.client import Client
+    from broker.tools.topics import _elr_lists
+
+    a = unique_topic("cli-elr-a")
+    b = unique_topic("cli-elr-b")
+    for name, n in ((a, 5), (b, 2)):
+        ok(tool("topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", name, "--partitions", str(n)))
+    with Client(broker.bootstrap) as client:
+        for limit in (1, 2, 3, 2000):
+            lists = _elr_lists(client, [a, b], limit=limit)
+            assert sorted(lists) == sorted([(a, p) for p in range(5)] + [(b, p) for p in range(2)]), limit
+            assert all(v == ([], []) for v in lists.values()), lists  # one node: no ELR
 
 
 def test_topics_create_with_broker_default_partitions_and_errors(broker):
