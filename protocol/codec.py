@@ -282,7 +282,7 @@ def decode_request_header(frame: Any) -> tuple[Any, int]:
     For a known api key and flexible version the header's tagged fields are skipped
     (header v2); for ControlledShutdown v0 it is header v0; otherwise v1.
     """
-    mv = frame if type(frame) is memoryview and frame.format == "B" and frame.ndim == 1 else _as_view(frame)
+    mv = _as_view(frame)
     try:
         api_key, api_version = _S_hh.unpack_from(mv, 0)
     except struct.error:
@@ -336,9 +336,8 @@ def decode_request_body(header: Any, frame: Any, pos: int) -> Any:
     :func:`decode_request_header`), for callers that look at the header first."""
     plan = _REQ_PLANS.get((header.api_key, header.api_version))
     if plan is not None:
-        mv = frame if type(frame) is memoryview and frame.format == "B" and frame.ndim == 1 else _as_view(frame)
         try:
-            return plan[1](mv, pos)[0]
+            return plan[1](_as_view(frame), pos)[0]
         except _DECODE_ERRORS:
             pass  # again below, for the message naming the field
     name = _checked_name(_REQ_NAMES, header.api_key, header.api_version, header)

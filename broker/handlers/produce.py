@@ -104,12 +104,9 @@ def handle(ctx, header, request, session=None):
                 _error(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for p in t.partition_data]))
         return None if acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=0)
     # WRITE on each topic, before anything else about it (an unknown topic included)
-    if ctx.authorizer is not None and session is not None:
-        denied = ctx.unauthorized(session, A.WRITE, A.TOPIC, [t.name for t in request.topic_data], "Produce")
-        items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
-                 for t in request.topic_data for p in t.partition_data]
-    else:
-        items = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+    denied = ctx.unauthorized(session, A.WRITE, A.TOPIC, [t.name for t in request.topic_data], "Produce")
+    items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
+             for t in request.topic_data for p in t.partition_data]
     results: list = []
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
@@ -166,21 +163,14 @@ async def _finish_deferred(ctx, d: _Deferred):
 
 def _respond(ctx, request, acks, results):
     metrics = ctx.metrics
-    topics = request.topic_data
-    if len(topics) == 1:  # the usual request: one topic, its partitions' results in order
-        t = topics[0]
-        responses = [TopicResponse(name=t.name, partition_responses=results)]
+    responses = []
+    at = 0
+    for t in request.topic_data:  # each topic's partitions' results, in request order
+        parts = results[at:at + len(t.partition_data)]
+        at += len(parts)
+        responses.append(TopicResponse(name=t.name, partition_responses=parts))
         if metrics is not None:
-            metrics.produce_topic(t.name, any(r.error_code for r in results))
-    else:
-        responses = []
-        at = 0
-        for t in topics:
-            parts = results[at:at + len(t.partition_data)]
-            at += len(parts)
-            responses.append(TopicResponse(name=t.name, partition_responses=parts))
-            if metrics is not None:
-                metrics.produce_topic(t.name, any(r.error_code for r in parts))
+            metrics.produce_topic(t.name, any(r.error_code for r in parts))
     if acks == 0:
         return None
     return ProduceResponse(responses=responses, throttle_time_ms=0)

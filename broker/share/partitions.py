@@ -250,8 +250,7 @@ class SharePartitionManager:
         acquisition that follows in the same ShareFetch); parked fetches woken where
         records became available."""
         if persist:
-            self._persist(set(keys) | self._dirty)
-            self._dirty.clear()
+            self.flush(keys)
         else:
             self._dirty.update(keys)
         names = self._names()
@@ -291,10 +290,11 @@ class SharePartitionManager:
             sp.acknowledge(member_id, b.first_offset, b.last_offset, list(b.acknowledge_types), now, lock_ms)
         return 0, None
 
-    def flush(self) -> None:
-        """Write what changed and was left for later (``persist=False``)."""
-        if self._dirty:
-            self._persist(self._dirty)
+    def flush(self, keys=()) -> None:
+        """Write ``keys`` and what changed and was left for later (``persist=False``)."""
+        pending = self._dirty.union(keys)
+        if pending:
+            self._persist(pending)
             self._dirty.clear()
 
     def acknowledge_all(self, group_id: str, member_id: str, items, renew_ok: bool, persist: bool = True) -> dict:
@@ -404,9 +404,7 @@ class SharePartitionManager:
                                    if h.last_offset >= first and h.base_offset <= last)
             budget_bytes -= len(res.records)
             self._locked.add(key)
-        if touched or self._dirty:
-            self._persist(set(touched) | self._dirty)
-            self._dirty.clear()
+        self.flush(touched)
         return results
 
     # ------------------------------------------------------------------ timers
