@@ -3,11 +3,12 @@
 * ``--create --topic T [--partitions N] [--replication-factor R] [--config k=v ...]
   [--if-not-exists]`` (CreateTopics) prints ``Created topic T.``
 * ``--list [--topic REGEX] [--exclude-internal]`` (Metadata) prints one name per line.
-* ``--describe [--topic T|REGEX]`` (Metadata + DescribeConfigs) prints Kafka's format:
+* ``--describe [--topic T|REGEX]`` (DescribeTopicPartitions, else Metadata; DescribeConfigs)
+  prints Kafka's format:
   ``Topic: T<TAB>TopicId: ...<TAB>PartitionCount: N<TAB>ReplicationFactor: R<TAB>Configs: k=v,...``
   (the non-default configs), then one ``<TAB>Topic: T<TAB>Partition: p<TAB>Leader: ...``
   line per partition, its ``Elr`` and ``LastKnownElr`` from DescribeTopicPartitions (as
-  Kafka's admin client reads them from a 3.7+ broker; ``N/A`` from an older one).
+  Kafka's admin client reads them from a 3.7+ broker; ``N/A`` from Metadata, an older one's).
 * ``--delete --topic T`` (DeleteTopics) prints nothing, as kafka-topics.sh.
 * ``--alter --topic T --partitions N`` (CreatePartitions).
 """
@@ -201,22 +202,23 @@ def is_default(entry, version: int) -> bool:
     return entry.config_source == _SOURCE_DEFAULT
 
 
-def _elr_lists(client, names: list[str], limit: int = 2000) -> dict:
-    """``{(topic, partition): (elr, last known elr)}`` from DescribeTopicPartitions, page
-    by page (its cursor); empty when the broker does not support it."""
+def _describe_topics(client, names: list[str], limit: int = 2000) -> dict:
+    """``{name: (error code, topic id, partitions)}`` as Kafka's admin client describes
+    topics by name: DescribeTopicPartitions page by page (its cursor), whose partitions
+    carry the eligible leader replicas; Metadata from a broker without it."""
     from protocol.messages import DescribeTopicPartitionsRequest as Req
 
     conn = client.any()
     if not conn.supports(75):
-        return {}
+        return {t.name: (t.error_code, getattr(t, "topic_id", None), list(t.partitions))
+                for t in client.metadata(names).topics}
     out: dict = {}
     cursor = None
     while True:
         req = Req(topics=[Req.TopicRequest(name=n) for n in names], response_partition_limit=limit, cursor=cursor)
         _, resp = conn.request(req, conn.version_for(75))
-        for t in resp.topics:
-            for p in t.partitions:
-                out[(t.name, p.partition_index)] = (p.eligible_leader_replicas, p.last_known_elr)
+        for t in resp.topics:  # a topic's partitions may run over several pages
+            out.setdefault(t.name, (t.error_code, t.topic_id, []))[2].extend(t.partitions)
         nxt = resp.next_cursor
         if nxt is None:
             return out
@@ -228,17 +230,15 @@ def _describe(client, names: list[str]) -> int:
 
     if not names:
         return 0
-    md = client.metadata(names)
-    elr = _elr_lists(client, names)
-    by_name = {t.name: t for t in md.topics}
+    topics = _describe_topics(client, names)
     configs: dict = {}
     if client.any().supports(32):
         configs = describe_configs(client, 2, names)
     for name in names:
-        t = by_name.get(name)
-        if t is None or t.error_code:
+        if name not in topics or topics[name][0]:
             continue
-        parts = sorted(t.partitions, key=lambda p: p.partition_index)
+        _error, tid, parts = topics[name]
+        parts = sorted(parts, key=lambda p: p.partition_index)
         rf = len(parts[0].replica_nodes) if parts else 0
         cfg = ""
         if name in configs:
@@ -247,15 +247,15 @@ def _describe(client, names: list[str]) -> int:
                 cfg = ",".join(f"{e.name}={'' if e.value is None else e.value}"
                                for e in res.configs if not is_default(e, v) and not e.is_sensitive)
         line = f"Topic: {name}"
-        tid = getattr(t, "topic_id", None)
         if tid is not None and tid != uuid.UUID(int=0):
             line += f"\tTopicId: {kafka_uuid.to_string(tid)}"
         line += f"\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: {cfg}"
         print(line)
         for p in parts:
             leader = p.leader_id if p.leader_id >= 0 else "none"
-            lists = elr.get((name, p.partition_index))
-            elrs = ("N/A", "N/A") if lists is None else tuple(",".join(map(str, x)) for x in lists)
+            # Kafka's TopicCommand: N/A when the lists are unknown (a Metadata answer)
+            elrs = tuple("N/A" if x is None else ",".join(map(str, x))
+                         for x in (getattr(p, "eligible_leader_replicas", None), getattr(p, "last_known_elr", None)))
             print(f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {leader}"
                   f"\tReplicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
                   f"\tElr: {elrs[0]}\tLastKnownElr: {elrs[1]}")

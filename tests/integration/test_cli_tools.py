@@ -273,11 +273,11 @@ def test_topics_create_list_describe_delete(broker):
     fails(tool("topics", "--bootstrap-server", b, "--describe", "--topic", name), 1, name, "does not exist")
 
 
-def test_topics_describe_reads_elr_lists_page_by_page(broker):
+def test_topics_describe_reads_partitions_page_by_page(broker):
     """DescribeTopicPartitions answers at most ResponsePartitionLimit partitions and a
-    cursor to go on from: every partition of every topic is read once, in order."""
+    cursor to go on from: every partition of every topic is read once."""
     from broker.tools.client import Client
-    from broker.tools.topics import _elr_lists
+    from broker.tools.topics import _describe_topics
 
     a = unique_topic("cli-elr-a")
     b = unique_topic("cli-elr-b")
@@ -285,8 +285,12 @@ def test_topics_describe_reads_elr_lists_page_by_page(broker):
         ok(tool("topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", name, "--partitions", str(n)))
     with Client(broker.bootstrap) as client:
         for limit in (1, 2, 3, 2000):
-            lists = _elr_lists(client, [a, b], limit=limit)
+            topics = _describe_topics(client, [a, b], limit=limit)
+            lists = {(n, p.partition_index): (p.eligible_leader_replicas, p.last_known_elr)
+                     for n, (error, _tid, parts) in topics.items() for p in parts}
+            assert [topics[n][0] for n in (a, b)] == [0, 0]
             assert sorted(lists) == sorted([(a, p) for p in range(5)] + [(b, p) for p in range(2)]), limit
+            assert sum(len(parts) for _e, _t, parts in topics.values()) == 7, limit  # none read twice
             assert all(v == ([], []) for v in lists.values()), lists  # one node: no ELR
 
 
