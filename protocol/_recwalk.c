@@ -544,8 +544,326 @@ static PyTypeObject WalkerType = {
     .tp_getset = Walker_getset,
 };
 
+/* ------------------------------------------------------------------ whole-request scan */
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t be32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t be16(const uint8_t *p) {
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static inline void put64(uint8_t *p, int64_t v) {
+    for (int i = 7; i >= 0; i--, v = (int64_t)((uint64_t)v >> 8))
+        p[i] = (uint8_t)v;
+}
+
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* the batch's CRC-32C (attributes to its end) recomputed and stored */
+static int rewrite_crc(PyObject *crc_fn, uint8_t *b, Py_ssize_t size) {
+    PyObject *region = PyMemoryView_FromMemory((char *)(b + 21), size - 21, PyBUF_READ);
+    if (!region)
+        return -1;
+    PyObject *got = PyObject_CallOneArg(crc_fn, region);
+    Py_DECREF(region);
+    if (!got)
+        return -1;
+    unsigned long crc = PyLong_AsUnsignedLong(got);
+    Py_DECREF(got);
+    if (crc == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    put32(b + 17, (uint32_t)crc);
+    return 0;
+}
+
+static PyObject *new_struct(PyObject *type, PyObject *fields) {
+    if (!fields)
+        return NULL;
+    PyObject *targs = PyTuple_Pack(1, fields);
+    Py_DECREF(fields);
+    if (!targs)
+        return NULL;
+    PyObject *obj = PyTuple_Type.tp_new((PyTypeObject *)type, targs, NULL);
+    Py_DECREF(targs);
+    return obj;
+}
+
+/* One uncompressed batch's records walked in one go; 1 = every record well formed and
+ * nothing the reference path would report (no timestamp outside the window, no null key
+ * on a compacted topic, offset deltas 0..count-1); 0 = anything else (no error set). */
+static int scan_records(Walker *w, const uint8_t *p, const uint8_t *end) {
+    while (p < end) {
+        if (w->done >= w->count)
+            return 0;
+        int r = fast_record(w, &p, end);
+        if (r != 1) {
+            if (r < 0)
+                PyErr_Clear();
+            return 0;
+        }
+        if (w->bad_ts || w->null_keys || !w->deltas_ok)
+            return 0;
+    }
+    return w->done == w->count;
+}
+
+#define HDR 61
+#define LOG_OVERHEAD 12
+
+/* scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after,
+ *         check_window, compact, header_type, crc32c)
+ *
+ * The produce validator's steps 1-4 (storage/validator.py) for the common case, in one
+ * call: v2 batches, uncompressed, without the LogAppendTime attribute, every check
+ * passing.  Returns (spans, fixes, maxes) exactly as the reference path computes them,
+ * or None when anything is out of that case (an error to report, a compressed batch, a
+ * batch to rebuild): the caller then runs the reference path, which names the problem.
+ * Batches are read as they are; nothing is written. */
+static PyObject *scan_v2(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long max_message_bytes, now, before, after;
+    int lat_topic, check_window, compact;
+    PyObject *header_type, *crc_fn;
+    if (!PyArg_ParseTuple(args, "y*LpLLLppOO", &view, &max_message_bytes, &lat_topic, &now, &before, &after,
+                          &check_window, &compact, &header_type, &crc_fn))
+        return NULL;
+    if (!PyType_Check(header_type) || !PyType_IsSubtype((PyTypeObject *)header_type, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *spans = PyList_New(0), *fixes = PyList_New(0), *maxes = PyList_New(0);
+    PyObject *result = NULL;
+    if (!spans || !fixes || !maxes)
+        goto done;
+    while (end - pos >= LOG_OVERHEAD) {
+        const uint8_t *b = buf + pos;
+        int32_t length = be32(b + 8);
+        if (length < 14)
+            goto fallback;
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (end - pos < LOG_OVERHEAD + 5)
+            break;
+        int8_t magic = (int8_t)b[16];
+        if (magic < 0 || magic > 2)
+            goto fallback;
+        if (end - pos < size)
+            break; /* a partial trailing batch: trimmed, as the reference does */
+        if (magic != 2 || size < HDR)
+            goto fallback;
+        int64_t base_offset = be64(b);
+        int32_t ple = be32(b + 12);
+        uint32_t crc = (uint32_t)be32(b + 17);
+        int16_t attrs = be16(b + 21);
+        int32_t lod = be32(b + 23);
+        int64_t base_ts = be64(b + 27), max_ts = be64(b + 35), pid = be64(b + 43);
+        int16_t pepoch = be16(b + 51);
+        int32_t base_seq = be32(b + 53), count = be32(b + 57);
+        if (base_offset != 0 || size > max_message_bytes)
+            goto fallback;
+        /* the per-batch checks (_check_batch), then what this path leaves to the reference */
+        if (lod < 0 || count <= 0 || count != (int64_t)lod + 1 || (attrs & 0x20) || (pid >= 0 && base_seq < 0))
+            goto fallback;
+        if ((attrs & 0x07) != 0 || (attrs & 0x08))
+            goto fallback;
+        PyObject *region = PyMemoryView_FromMemory((char *)(b + 21), size - 21, PyBUF_READ);
+        if (!region)
+            goto done;
+        PyObject *got = PyObject_CallOneArg(crc_fn, region);
+        Py_DECREF(region);
+        if (!got)
+            goto done;
+        unsigned long long crc_now = PyLong_AsUnsignedLongLong(got);
+        Py_DECREF(got);
+        if (crc_now == (unsigned long long)-1 && PyErr_Occurred())
+            goto done;
+        if (crc_now != crc)
+            goto fallback;
+        Walker w;
+        memset(&w, 0, sizeof w);
+        w.count = count;
+        w.base_ts = base_ts;
+        w.lat = lat_topic;
+        w.now = now;
+        w.before = before;
+        w.after = after;
+        w.check_window = check_window;
+        w.collect_null_keys = compact;
+        w.max_ts = -1;
+        w.index_of_max = -1;
+        w.deltas_ok = 1;
+        int ok = scan_records(&w, b + HDR, b + size);
+        Py_CLEAR(w.bad_ts);
+        Py_CLEAR(w.null_keys);
+        if (!ok)
+            goto fallback;
+        int64_t true_max = lat_topic ? -1 : w.max_ts;
+        PyObject *h = new_struct(header_type, Py_BuildValue("(LiiBIhiLLLhii)", (long long)base_offset, (int)length,
+                                                            (int)ple, (unsigned char)magic, (unsigned int)crc,
+                                                            (short)attrs, (int)lod, (long long)base_ts,
+                                                            (long long)max_ts, (long long)pid, (short)pepoch,
+                                                            (int)base_seq, (int)count));
+        if (!h)
+            goto done;
+        PyObject *span = Py_BuildValue("(nN)", pos, h);
+        if (!span || PyList_Append(spans, span) < 0) {
+            Py_XDECREF(span);
+            goto done;
+        }
+        Py_DECREF(span);
+        PyObject *fix = (lat_topic || true_max == max_ts) ? Py_NewRef(Py_None) : PyLong_FromLongLong(true_max);
+        PyObject *mx = PyLong_FromLongLong(true_max);
+        int bad = !fix || !mx || PyList_Append(fixes, fix) < 0 || PyList_Append(maxes, mx) < 0;
+        Py_XDECREF(fix);
+        Py_XDECREF(mx);
+        if (bad)
+            goto done;
+        pos += size;
+    }
+    if (PyList_GET_SIZE(spans) == 0)
+        goto fallback;
+    result = PyTuple_Pack(3, spans, fixes, maxes);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(spans);
+    Py_XDECREF(fixes);
+    Py_XDECREF(maxes);
+    return result;
+}
+
+/* assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic,
+ *           append_time, info_type, crc32c) -> (infos, last_offset, max_timestamp, offset_of_max, count)
+ *
+ * The validator's step 5 (Analysis.assign, storage/validator.py) over the batches in
+ * ``buf`` (writable, patched in place): base offsets from ``next_offset``, the leader
+ * epoch when not None, on LogAppendTime topics the attribute bit and maxTimestamp =
+ * ``append_time``, elsewhere a corrected maxTimestamp (``fixes``), with the CRC
+ * recomputed where the header changed; ``infos`` are ``info_type(position, size,
+ * base_offset, last_offset, max_timestamp, last_offset)`` per batch. */
+static PyObject *assign_v2(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *spans, *fixes, *maxes, *epoch_obj, *info_type, *crc_fn;
+    long long next_offset, append_time;
+    int lat_topic;
+    if (!PyArg_ParseTuple(args, "w*O!O!O!LOpLOO", &view, &PyList_Type, &spans, &PyList_Type, &fixes,
+                          &PyList_Type, &maxes, &next_offset, &epoch_obj, &lat_topic, &append_time,
+                          &info_type, &crc_fn))
+        return NULL;
+    PyObject *infos = NULL, *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans);
+    if (PyList_GET_SIZE(fixes) != n || PyList_GET_SIZE(maxes) != n || !PyType_Check(info_type)
+        || !PyType_IsSubtype((PyTypeObject *)info_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "assign_v2: spans, fixes and maxes differ in length, or info_type is not a tuple subclass");
+        goto done;
+    }
+    int has_epoch = epoch_obj != Py_None;
+    long epoch = 0;
+    if (has_epoch && (epoch = PyLong_AsLong(epoch_obj)) == -1 && PyErr_Occurred())
+        goto done;
+    if (!(infos = PyList_New(n)))
+        goto done;
+    uint8_t *buf = (uint8_t *)view.buf;
+    int64_t offset = next_offset, max_ts = -1, off_of_max = -1, count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *span = PyList_GET_ITEM(spans, i);
+        if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(span, 1))
+            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(span, 1)) < 13) {
+            PyErr_SetString(PyExc_TypeError, "assign_v2: a span is not (position, header)");
+            goto done;
+        }
+        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(span, 0));
+        if (pos == -1 && PyErr_Occurred())
+            goto done;
+        if (pos < 0 || view.len - pos < HDR) {
+            PyErr_SetString(PyExc_ValueError, "assign_v2: a batch lies outside the buffer");
+            goto done;
+        }
+        uint8_t *b = buf + pos;
+        Py_ssize_t size = (Py_ssize_t)be32(b + 8) + LOG_OVERHEAD;
+        if (size < HDR || view.len - pos < size) {
+            PyErr_SetString(PyExc_ValueError, "assign_v2: a batch lies outside the buffer");
+            goto done;
+        }
+        int64_t lod = be32(b + 23), records = be32(b + 57);
+        put64(b, offset);
+        if (has_epoch)
+            put32(b + 12, (uint32_t)epoch);
+        int64_t last = offset + lod;
+        int64_t bmax;
+        if (lat_topic) {
+            b[22] |= 0x08; /* the attributes' low byte */
+            put64(b + 35, append_time);
+            if (rewrite_crc(crc_fn, b, size) < 0)
+                goto done;
+            bmax = append_time;
+        } else {
+            bmax = PyLong_AsLongLong(PyList_GET_ITEM(maxes, i));
+            if (bmax == -1 && PyErr_Occurred())
+                goto done;
+            PyObject *fix_obj = PyList_GET_ITEM(fixes, i);
+            if (fix_obj != Py_None) {
+                int64_t fix = PyLong_AsLongLong(fix_obj);
+                if (fix == -1 && PyErr_Occurred())
+                    goto done;
+                if (be64(b + 35) != fix || (b[22] & 0x08)) {
+                    b[22] &= (uint8_t)~0x08;
+                    put64(b + 35, fix);
+                    if (rewrite_crc(crc_fn, b, size) < 0)
+                        goto done;
+                }
+            }
+        }
+        if (bmax > max_ts) {
+            max_ts = bmax;
+            off_of_max = last;
+        }
+        PyObject *info = new_struct(info_type, Py_BuildValue("(nnLLLL)", pos, size, (long long)offset,
+                                                            (long long)last, (long long)bmax, (long long)last));
+        if (!info)
+            goto done;
+        PyList_SET_ITEM(infos, i, info);
+        count += records;
+        offset = last + 1;
+    }
+    result = Py_BuildValue("(OLLLL)", infos, (long long)(offset - 1), (long long)max_ts, (long long)off_of_max,
+                           (long long)count);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(infos);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan_v2", scan_v2, METH_VARARGS,
+     "scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
+     "header_type, crc32c) -> (spans, fixes, maxes) or None (see storage/validator.py)."},
+    {"assign_v2", assign_v2, METH_VARARGS,
+     "assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic, "
+     "append_time, info_type, crc32c) -> (infos, last_offset, max_timestamp, offset_of_max, count)."},
+    {NULL}
+};
+
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "_recwalk", "Compiled record walker (see protocol/record_walk.py).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_recwalk", "Compiled record walker (see protocol/record_walk.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__recwalk(void) {

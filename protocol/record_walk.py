@@ -39,11 +39,19 @@ Usage::
 
 ``bad_timestamps`` and ``null_keys`` are None when there are none.  ``WalkError`` is a
 ``ValueError``; its message names the record index and the field.
+
+The compiled module also has ``scan_v2``, the produce validator's steps 1-4 in one call
+for the common case (every batch v2, uncompressed, without the LogAppendTime attribute,
+every check passing): it returns what the validator's own steps would compute, or None
+for anything else, and the validator then runs those steps, which name the problem
+(``storage/validator.py``; the tests cross-check the two).  ``assign_v2`` is the
+validator's step 5 (offsets, leader epoch, LogAppendTime or corrected maxTimestamp, CRCs)
+as its Python loop does it.  Without the compiled module both are None.
 """
 
 from __future__ import annotations
 
-__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED"]
+__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED", "scan_v2", "assign_v2"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -209,12 +217,15 @@ class PyRecordWalker:
 
 
 try:
-    from protocol._recwalk import RecordWalker, WalkError  # type: ignore[attr-defined]
+    from protocol._recwalk import RecordWalker, WalkError, assign_v2, scan_v2  # type: ignore[attr-defined]
 
     COMPILED = True
 except ImportError:  # no C compiler at install time: the reference serves
     RecordWalker = PyRecordWalker  # type: ignore[misc]
     WalkError = PyWalkError  # type: ignore[misc]
+    #: the validator's one-call path for plain batches (storage/validator.py); without
+    #: the compiled module the validator's own steps serve every batch
+    scan_v2 = assign_v2 = None
     COMPILED = False
 
 #: every error either walker raises

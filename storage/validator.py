@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from protocol import compression as C
 from protocol import records as R
-from protocol.record_walk import WALK_ERRORS, RecordWalker
+from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2
 from storage import errors as E
 
 __all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
@@ -146,6 +146,10 @@ def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
     magic = R.magic_of(mv, 0)
     try:
         if magic == 2:
+            if scan_v2 is not None:  # the common case in one compiled call (record_walk)
+                analysis = _V2Analysis.scanned(mv, config, now_ms, in_place and not mv.readonly)
+                if analysis is not None:
+                    return analysis
             analysis = _V2Analysis(mv, config, now_ms, in_place and not mv.readonly, max_records_bytes)
             analysis.run(budget)
             return analysis
@@ -304,7 +308,20 @@ class _BatchWalk:
         return walked
 
 
+def _rules(config) -> tuple[bool, int, int, bool, bool]:
+    """The topic's validation rules: LogAppendTime topic, the CreateTime window (before,
+    after), whether it is checked at all, compacted (keys required)."""
+    lat_topic = config.message_timestamp_type == "LogAppendTime"
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
+    return lat_topic, before, after, check_window, bool(getattr(config, "compact", False))
+
+
 class _V2Analysis(Analysis):
+    #: batch index -> rebuilt bytes (offset deltas 0..n-1); set by _conclude
+    rebuilt: dict = {}
+
     def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
         self.mv = mv
         self.config = config
@@ -313,11 +330,8 @@ class _V2Analysis(Analysis):
         self.decompressed_bytes = 0
         self._concluded = False
         batches = _shallow_v2(mv, config.max_message_bytes)
-        lat_topic = self.lat_topic = config.message_timestamp_type == "LogAppendTime"
-        before = config.message_timestamp_before_max_ms
-        after = config.message_timestamp_after_max_ms
-        check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
-        compact = bool(getattr(config, "compact", False))
+        lat_topic, before, after, check_window, compact = _rules(config)
+        self.lat_topic = lat_topic
         self.spans = batches  # (position, header) of each batch, as they are
         self.walks = walks = []
         for pos, h in batches:
@@ -330,6 +344,28 @@ class _V2Analysis(Analysis):
             walker = RecordWalker(h.records_count, h.base_timestamp, lat_topic or bool(lat_bit), now,
                                   before, after, check_window and not lat_bit, compact)
             walks.append(_BatchWalk(mv, pos, h, walker, max_records_bytes))
+
+    @classmethod
+    def scanned(cls, mv, config, now: int, in_place: bool) -> "_V2Analysis | None":
+        """The analysis of batches ``scan_v2`` takes in one call (all uncompressed, none
+        with the LogAppendTime attribute, nothing to report or rebuild): the spans, fixes
+        and maxes ``__init__`` and ``_conclude`` would compute. None for anything else."""
+        lat_topic, before, after, check_window, compact = _rules(config)
+        out = scan_v2(mv, config.max_message_bytes, lat_topic, now, before, after, check_window, compact,
+                      R.BatchHeader, R.crc32c)
+        if out is None:
+            return None
+        self = cls.__new__(cls)
+        self.mv = mv
+        self.config = config
+        self.now = now
+        self.in_place = in_place
+        self.decompressed_bytes = 0
+        self.lat_topic = lat_topic
+        self.spans, self.fixes, self.maxes = out
+        self.walks = None
+        self._concluded = True
+        return self
 
     @property
     def pending(self) -> bool:
@@ -359,7 +395,7 @@ class _V2Analysis(Analysis):
         lat_topic = self.lat_topic
         self.fixes = fixes = []   # corrected CreateTime maxTimestamp, None = unchanged
         self.maxes = maxes = []
-        self.rebuilt = {}         # batch index -> rebuilt bytes (offset deltas 0..n-1)
+        self.rebuilt = {}
         for i, walk in enumerate(self.walks):
             h = walk.h
             max_ts, _index_of_max, deltas_ok, bad, nulls = walk.result
@@ -448,6 +484,11 @@ class _V2Analysis(Analysis):
             buf = mv[:total] if self.in_place else bytearray(mv[:total])
         lat_topic = self.lat_topic
         append_time = max(self.now, last_append_time_ms) if lat_topic else -1
+        if assign_v2 is not None:  # the loop below, compiled (record_walk)
+            infos, last, max_ts, off_of_max, count = assign_v2(
+                buf, spans, self.fixes, self.maxes, next_offset, partition_leader_epoch, lat_topic, append_time,
+                BatchInfo, R.crc32c)
+            return ValidatedAppend(buf, next_offset, last, max_ts, off_of_max, append_time, count, infos)
         offset = next_offset
         infos = []
         max_ts = R.NO_TIMESTAMP
