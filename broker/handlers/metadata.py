@@ -23,10 +23,17 @@ _NULL_UUID = uuid.UUID(int=0)
 _UNKNOWN_OPS = -(2**31)
 
 
-def _topic_entry(ctx, info, version):
-    node = ctx.node_id
-    partitions = [
-        MetadataResponse.MetadataResponsePartition(
+#: node id -> partition entries 0, 1, ... (every partition of every topic reads the same on
+#: a single node: led here, one replica, in sync). Shared between responses and never
+#: changed after they are made, so a topic of 10,000 partitions is not 10,000 new
+#: objects per Metadata request.
+_PARTITION_ENTRIES: dict[int, list] = {}
+
+
+def _partition_entries(node: int, count: int) -> list:
+    made = _PARTITION_ENTRIES.setdefault(node, [])
+    for p in range(len(made), count):
+        made.append(MetadataResponse.MetadataResponsePartition(
             error_code=0,
             partition_index=p,
             leader_id=node,
@@ -34,15 +41,17 @@ def _topic_entry(ctx, info, version):
             replica_nodes=[node],
             isr_nodes=[node],
             offline_replicas=[],
-        )
-        for p in range(info.num_partitions)
-    ]
+        ))
+    return made[:count]
+
+
+def _topic_entry(ctx, info, version):
     return MetadataResponse.MetadataResponseTopic(
         error_code=0,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=info.name in _INTERNAL_TOPICS,
-        partitions=partitions,
+        partitions=_partition_entries(ctx.node_id, info.num_partitions),
         topic_authorized_operations=_UNKNOWN_OPS,
     )
 
