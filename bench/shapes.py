@@ -8,10 +8,12 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   records of 100 B with linger.ms=0 and batch.num.messages=1 (one record per request,
   up to 5 in flight), acks=all. Reports aggregate records/s and the broker's CPU per
   record (user+sys of the broker's process tree, from /proc).
-* ``partitions``: many partitions. One topic of ``--partitions`` partitions; a keyed
-  produce of ``--records`` records of 100 B (linger.ms=5), then one consumer assigned to
-  every partition reads them all back. Reports records/s and broker CPU per record for
-  both phases, and the broker's RSS after them.
+* ``partitions``: many partitions. One topic of ``--partitions`` partitions, each given
+  one record first (so every partition's log exists before the measured produce: the
+  broker CPU from CreateTopics to there is reported on its own, as "create CPU s"); a
+  keyed produce of ``--records`` records of 100 B (linger.ms=5), then one consumer
+  assigned to every partition reads them all back. Reports records/s and broker CPU
+  per record for both phases, and the broker's RSS after them.
 * ``latency`` and ``latency-high``: end-to-end latency at a fixed offered rate
   (``--rate``, 2,000 records/s, and ``--high-rate``, 20,000). A producer process
   (acks=all, linger.ms=0) sends for ``--seconds`` with its send time in the value; the
@@ -150,9 +152,16 @@ def shape_small(bp, args) -> dict:
 # ----------------------------------------------------------------------------- partitions
 def shape_partitions(bp, args) -> dict:
     topic = f"parts-{uuid.uuid4().hex[:6]}"
+    cpu0 = process_tree_cpu_seconds(bp.proc.pid)
     create_topic(bp.bootstrap, topic, args.partitions)
     p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 5, "acks": "all", "enable.idempotence": False,
                   "queue.buffering.max.messages": 1_000_000})
+    # every partition's log made (a broker with files makes them on CreateTopics or at
+    # first use, a cost per partition, not per record): measured apart from the produce
+    produce_n(p, topic, args.partitions, b"w", partitions=args.partitions)
+    if p.flush(300):
+        raise BenchError("records left unsent")
+    create_cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
     cpu0 = process_tree_cpu_seconds(bp.proc.pid)
     t = time.perf_counter()
     produce_n(p, topic, args.records, b"v" * 100, keyed=True)
@@ -166,20 +175,21 @@ def shape_partitions(bp, args) -> dict:
     cpu0 = process_tree_cpu_seconds(bp.proc.pid)
     t = time.perf_counter()
     seen, deadline = 0, time.monotonic() + 300
-    while seen < args.records and time.monotonic() < deadline:
+    total = args.records + args.partitions
+    while seen < total and time.monotonic() < deadline:
         for m in c.consume(10000, 0.5):
             if m.error() is None:
                 seen += 1
     consume_s = time.perf_counter() - t
     consume_cpu = process_tree_cpu_seconds(bp.proc.pid) - cpu0
     c.close()
-    if seen < args.records:
-        raise BenchError(f"consumed {seen} of {args.records}")
-    return {"partitions": args.partitions, "records": args.records,
+    if seen < total:
+        raise BenchError(f"consumed {seen} of {total}")
+    return {"partitions": args.partitions, "records": args.records, "create_cpu_s": create_cpu,
             "produce_records_per_s": args.records / produce_s, "produce_cpu_us_per_record":
                 produce_cpu / args.records * 1e6,
-            "consume_records_per_s": args.records / consume_s, "consume_cpu_us_per_record":
-                consume_cpu / args.records * 1e6,
+            "consume_records_per_s": total / consume_s, "consume_cpu_us_per_record":
+                consume_cpu / total * 1e6,
             "rss_mb": process_tree_rss_mb(bp.proc.pid)}
 
 
@@ -517,7 +527,7 @@ RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shap
            "share": shape_share}
 COLUMNS = {
     "small": [("records_per_s", "records/s", "{:,.0f}"), ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
-    "partitions": [("produce_records_per_s", "produce rec/s", "{:,.0f}"),
+    "partitions": [("create_cpu_s", "create CPU s", "{:.2f}"), ("produce_records_per_s", "produce rec/s", "{:,.0f}"),
                    ("produce_cpu_us_per_record", "produce CPU µs/rec", "{:.2f}"),
                    ("consume_records_per_s", "consume rec/s", "{:,.0f}"),
                    ("consume_cpu_us_per_record", "consume CPU µs/rec", "{:.2f}"), ("rss_mb", "RSS MiB", "{:.0f}")],
