@@ -322,16 +322,19 @@ class _V2Analysis(Analysis):
     #: batch index -> rebuilt bytes (offset deltas 0..n-1); set by _conclude
     rebuilt: dict = {}
 
-    def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
+    def _start(self, mv, config, now: int, in_place: bool, lat_topic: bool, concluded: bool) -> None:
         self.mv = mv
         self.config = config
         self.now = now
         self.in_place = in_place
+        self.lat_topic = lat_topic
         self.decompressed_bytes = 0
-        self._concluded = False
+        self._concluded = concluded
+
+    def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
         batches = _shallow_v2(mv, config.max_message_bytes)
         lat_topic, before, after, check_window, compact = _rules(config)
-        self.lat_topic = lat_topic
+        self._start(mv, config, now, in_place, lat_topic, False)
         self.spans = batches  # (position, header) of each batch, as they are
         self.walks = walks = []
         for pos, h in batches:
@@ -356,15 +359,9 @@ class _V2Analysis(Analysis):
         if out is None:
             return None
         self = cls.__new__(cls)
-        self.mv = mv
-        self.config = config
-        self.now = now
-        self.in_place = in_place
-        self.decompressed_bytes = 0
-        self.lat_topic = lat_topic
+        self._start(mv, config, now, in_place, lat_topic, True)
         self.spans, self.fixes, self.maxes = out
         self.walks = None
-        self._concluded = True
         return self
 
     @property

@@ -19,6 +19,7 @@ from protocol import records as R
 from protocol import record_walk
 from storage import errors as E
 from storage import validator as V
+from tests.unit.test_validator import with_field
 
 MAX = 2**63 - 1
 NOW = 1_700_000_000_000
@@ -64,11 +65,7 @@ def batch(timestamps, codec=0, keys=True, **kw):
 
 
 def patched(buf, at, fmt, value, crc=True):
-    b = bytearray(buf)
-    struct.pack_into(fmt, b, at, value)
-    if crc:
-        R._rewrite_crc(b, 0)
-    return bytes(b)
+    return with_field(buf, fmt, at, value, fix_crc=crc)
 
 
 GOOD = batch([NOW - 5, NOW - 1, NOW - 3])
