@@ -1,4 +1,6 @@
-/* protocol/_recwalk.c - the compiled record walker behind protocol/record_walk.py.
+/* protocol/_recwalk.c - the compiled record walker behind protocol/record_walk.py, and
+ * the produce validator's common case in one call each (scan_v2, assign_v2; at the end,
+ * see storage/validator.py, whose Python steps are their reference).
  *
  * Walks the records of one v2 batch (Kafka's DefaultRecord layout) without copying
  * anything: every length and varint must stay inside its record, each record must end
