@@ -133,6 +133,7 @@ class Broker:
         finally:
             log_file.close()
         self.starts += 1
+        self._start_pos = start_pos
         deadline = time.monotonic() + self.start_timeout
         while True:
             text = self._read_from(start_pos)
@@ -196,6 +197,18 @@ class Broker:
         rc = proc.wait(timeout=10)
         self.exit_codes.append(rc)
         self._append_log(f"===== killed (SIGKILL), exit code {rc}\n")
+
+    def wait_loaded(self, timeout: float = 60) -> None:
+        """Wait until this start has loaded every partition: a log dir that was shut down
+        cleanly is loaded after the broker listens (in the background, or a partition at
+        its first use), so files rebuilt then (a missing index) are complete only after."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self._read_from(self._start_pos)
+            if "load in the background" not in text or "partition log(s) loaded" in text:
+                return
+            assert time.monotonic() < deadline, "the background load of the partitions did not finish"
+            time.sleep(0.05)
 
     def restart(self, graceful: bool = True, same_port: bool = True) -> "Broker":
         """Stop (SIGTERM, or SIGKILL when graceful=False) if running and start again on

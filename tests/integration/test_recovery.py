@@ -613,6 +613,7 @@ def tampered(request, tmp_path_factory):
 
         restart_pos = b.log_size()
         b.restart()
+        b.wait_loaded()
         after = snapshot_offsets(b.bootstrap, cases)
         got = consume_all(b.bootstrap, cases)
         yield {"mode": mode, "broker": b, "cases": cases, "before": before, "after": after, "got": got,
@@ -800,6 +801,7 @@ def test_kip33_migration_of_a_legacy_segment(broker_factory, stop_mode):
     os.utime(pdir / seg_name(bases[0], ".log"), ns=(l0 * 1_000_000, l0 * 1_000_000))
 
     b.restart()
+    b.wait_loaded()
     assert tix.exists(), f"{tix.name} was not recreated"
     data = tix.read_bytes()
     entries = index_entries(tix, 12)
