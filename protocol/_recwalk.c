@@ -575,8 +575,9 @@ static inline void put32(uint8_t *p, uint32_t v) {
     p[3] = (uint8_t)v;
 }
 
-/* the batch's CRC-32C (attributes to its end) recomputed and stored */
-static int rewrite_crc(PyObject *crc_fn, uint8_t *b, Py_ssize_t size) {
+/* the CRC-32C of the batch at b of ``size`` bytes (attributes to its end), through the
+ * crc32c package's function (hardware CRC); -1 with an exception set on failure */
+static int batch_crc(PyObject *crc_fn, const uint8_t *b, Py_ssize_t size, uint32_t *out) {
     PyObject *region = PyMemoryView_FromMemory((char *)(b + 21), size - 21, PyBUF_READ);
     if (!region)
         return -1;
@@ -584,11 +585,20 @@ static int rewrite_crc(PyObject *crc_fn, uint8_t *b, Py_ssize_t size) {
     Py_DECREF(region);
     if (!got)
         return -1;
-    unsigned long crc = PyLong_AsUnsignedLong(got);
+    unsigned long long crc = PyLong_AsUnsignedLongLong(got);
     Py_DECREF(got);
-    if (crc == (unsigned long)-1 && PyErr_Occurred())
+    if (crc == (unsigned long long)-1 && PyErr_Occurred())
         return -1;
-    put32(b + 17, (uint32_t)crc);
+    *out = (uint32_t)crc;
+    return 0;
+}
+
+/* the batch's CRC-32C recomputed and stored */
+static int rewrite_crc(PyObject *crc_fn, uint8_t *b, Py_ssize_t size) {
+    uint32_t crc;
+    if (batch_crc(crc_fn, b, size, &crc) < 0)
+        return -1;
+    put32(b + 17, crc);
     return 0;
 }
 
@@ -684,16 +694,8 @@ static PyObject *scan_v2(PyObject *self, PyObject *args) {
             goto fallback;
         if ((attrs & 0x07) != 0 || (attrs & 0x08))
             goto fallback;
-        PyObject *region = PyMemoryView_FromMemory((char *)(b + 21), size - 21, PyBUF_READ);
-        if (!region)
-            goto done;
-        PyObject *got = PyObject_CallOneArg(crc_fn, region);
-        Py_DECREF(region);
-        if (!got)
-            goto done;
-        unsigned long long crc_now = PyLong_AsUnsignedLongLong(got);
-        Py_DECREF(got);
-        if (crc_now == (unsigned long long)-1 && PyErr_Occurred())
+        uint32_t crc_now;
+        if (batch_crc(crc_fn, b, size, &crc_now) < 0)
             goto done;
         if (crc_now != crc)
             goto fallback;
