@@ -23,6 +23,7 @@ _CODES: list[tuple[type, ErrorCode]] = [
     (se.UnsupportedCompressionTypeError, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (se.InvalidRequestError, ErrorCode.INVALID_REQUEST),
     (se.KafkaStorageError, ErrorCode.KAFKA_STORAGE_ERROR),
+    (se.LogDirNotFoundError, ErrorCode.LOG_DIR_NOT_FOUND),
     (se.OutOfOrderSequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (se.InvalidProducerEpochError, ErrorCode.INVALID_PRODUCER_EPOCH),
     (se.InvalidTxnStateError, ErrorCode.INVALID_TXN_STATE),

@@ -126,9 +126,11 @@ SOCKET_SERVER_RECONFIGURABLE: frozenset[str] = frozenset({
 })
 # DynamicListenerConfig.ReconfigurableConfigs (per broker but for the cluster-level three)
 # but for ``listeners`` and ``listener.security.protocol.map``: Chronolog binds its
-# listeners at start only, so those two are read-only here (a deliberate difference),
+# listeners at start only, so those two are read-only here (a deliberate difference).
+# ``advertised.listeners`` is read-only as in Kafka 4.0+ (KAFKA-18405 took it out of the
+# KRaft broker's reconfigurable configs),
 LISTENER_RECONFIGURABLE: frozenset[str] = frozenset({
-    "advertised.listeners", "principal.builder.class",
+    "principal.builder.class",
     "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keystore.type",
     "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.truststore.type",
     "ssl.truststore.location", "ssl.truststore.password", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",

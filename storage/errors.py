@@ -120,6 +120,10 @@ class TransactionCoordinatorFencedError(StorageError):
     (TRANSACTION_COORDINATOR_FENCED)."""
 
 
+class LogDirNotFoundError(StorageError):
+    """A path that is not one of the broker's log dirs (LOG_DIR_NOT_FOUND)."""
+
+
 class LogDirError(StorageError):
     """A log dir that cannot be used at start-up: not creatable, not writable, or locked
     by another broker. The message is the one line the operator gets."""

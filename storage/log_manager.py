@@ -47,7 +47,9 @@ from typing import Any, Callable
 
 from storage.errors import (
     InvalidPartitionsError,
+    KafkaStorageError,
     LogDirError,
+    LogDirNotFoundError,
     InvalidTopicError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -558,6 +560,50 @@ class LogManager:
             raise UnknownTopicOrPartitionError(
                 f"This server does not host this topic-partition: {topic}-{partition}")
         return log
+
+    def move_partition(self, topic: str, partition: int, dest: str) -> bool:
+        """Move a partition's directory into the log dir ``dest`` (AlterReplicaLogDirs).
+        False when it is there already. The log is flushed and closed cleanly, its
+        directory renamed into ``dest`` (one atomic rename: after a crash the partition is
+        in exactly one log dir) and reopened there without recovery; the checkpoints of
+        both dirs are rewritten. Raises LogDirNotFoundError for a path that is not a log
+        dir, UnknownTopicOrPartitionError, and KafkaStorageError (nothing moved) while
+        the cleaner works on the partition or when ``dest`` is on another filesystem:
+        Kafka copies through a future replica there, Chronolog does not copy."""
+        dest = os.path.abspath(dest)
+        if dest not in self.log_dirs:
+            raise LogDirNotFoundError(f"Log dir {dest} is not found in the config.")
+        log = self.get_log(topic, partition)
+        src = self._dir_of(log)
+        if src == dest:
+            return False
+        if (topic, partition) in self.busy:
+            raise KafkaStorageError(f"{topic}-{partition} is being cleaned; move it to {dest} afterwards")
+        if os.stat(src).st_dev != os.stat(dest).st_dev:
+            raise KafkaStorageError(f"cannot move {topic}-{partition} from {src} to {dest}: another filesystem, "
+                                    f"and Chronolog moves partitions between log dirs by renaming only")
+        target = os.path.join(dest, os.path.basename(log.dir))
+        if os.path.exists(target):
+            raise KafkaStorageError(f"cannot move {topic}-{partition} to {dest}: {target} exists")
+        log.flush()
+        log.close()
+        where = target
+        try:
+            os.rename(log.dir, target)
+        except OSError as e:
+            logger.error("could not move %s-%d from %s to %s: %s", topic, partition, src, dest, e)
+            where = log.dir
+        else:
+            fsync_dir(src)
+            fsync_dir(dest)
+        del self._logs[(topic, partition)]
+        self._load_partition(topic, partition, _PendingLog(where, log.recovery_point, log.log_start_offset), True)
+        if where != target:
+            raise KafkaStorageError(f"could not move {topic}-{partition} from {src} to {dest}")
+        logger.info("moved partition %s-%d from log dir %s to %s", topic, partition, src, dest)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        return True
 
     def logs(self) -> dict[tuple[str, int], Log]:
         """Every partition's log (deferred ones are loaded first)."""

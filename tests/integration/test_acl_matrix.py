@@ -303,6 +303,12 @@ def _cases(topic, doomed, group, new_topic, topic_id=None):
          lambda r: r.entries[0].error_code, [([], CLUSTER_DENIED), ([(*c, "ALTER_CONFIGS")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
+        ("DescribeQuorum", 55, 2, T.DescribeQuorumRequest(topics=[T.DescribeQuorumRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[T.DescribeQuorumRequest.PartitionData(partition_index=0)])]),
+         lambda r: r.error_code or r.topics[0].partitions[0].error_code,
+         [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
+        ("ListConfigResources", 74, 1, T.ListConfigResourcesRequest(resource_types=[]),
+         lambda r: r.error_code, [([], CLUSTER_DENIED), ([(*c, "DESCRIBE_CONFIGS")], 0)]),
         ("DescribeAcls", 29, 3, T.DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,
                                                       pattern_type_filter=1, principal_filter=None, host_filter=None,
                                                       operation=1, permission_type=1),

@@ -250,3 +250,132 @@ def test_partition_reassignments_clients_and_raw(broker_factory):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"same": "ok", "other": "INVALID_REPLICA_ASSIGNMENT", "list": {"topics": []},
                    "listAll": {"topics": []}}
+
+
+def test_alter_replica_log_dirs_moves_a_partition(two_dir_broker):
+    """AlterReplicaLogDirs (kafka-python's alter_replica_log_dirs and raw v0-2): a
+    partition moved to the other log dir keeps every record, takes new ones, is listed
+    there by DescribeLogDirs and stays there after a restart; its current dir is a no-op;
+    an unknown dir or partition is refused with Kafka's error and nothing moves."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import NoError
+    from kafka.structs import TopicPartitionReplica
+
+    from protocol.messages import AlterReplicaLogDirsRequest as Req
+    from tests.integration.helpers import consume_kp
+
+    b, dirs = two_dir_broker
+    topic = create_topic(b.bootstrap, unique_topic("move"), partitions=2)
+    first = [Rec(b"k%d" % i, b"before-%d" % i) for i in range(50)]
+    produce_kp(b.bootstrap, topic, first, partition=0)
+
+    def dir_of(p):
+        (d,) = [d for d in dirs if os.path.isdir(os.path.join(d, f"{topic}-{p}"))]
+        return d
+
+    src = dir_of(0)
+    (dest,) = [d for d in dirs if d != src]
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        tpr = TopicPartitionReplica(topic, 0, 0)
+        assert admin.alter_replica_log_dirs({tpr: src}) == {tpr: NoError}  # already there
+        assert dir_of(0) == src
+        assert admin.alter_replica_log_dirs({tpr: dest}) == {tpr: NoError}
+        assert dir_of(0) == dest
+        (node,) = admin.describe_log_dirs()
+        listed = {d["log_dir"]: {(t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]}
+                  for d in node["log_dirs"]}
+        assert (topic, 0) in listed[dest] and (topic, 0) not in listed[src]
+    finally:
+        admin.close()
+    second = [Rec(b"k%d" % i, b"after-%d" % i) for i in range(50)]
+    produce_kp(b.bootstrap, topic, second, partition=0)
+    got = consume_kp(b.bootstrap, topic, 100, partition=0)
+    assert [g.value for g in got] == [r.value for r in first + second]
+    assert [g.offset for g in got] == list(range(100))
+
+    # raw: every version; a dir that is not a log dir, an unknown partition, the current dir
+    for version in range(3):
+        resp = raw(b.port, 34, version, Req(dirs=[
+            Req.AlterReplicaLogDir(path="/no/such/dir", topics=[Req.AlterReplicaLogDirTopic(name=topic,
+                                                                                            partitions=[1])]),
+            Req.AlterReplicaLogDir(path=dest, topics=[Req.AlterReplicaLogDirTopic(name="no-such-topic",
+                                                                                  partitions=[0]),
+                                                      Req.AlterReplicaLogDirTopic(name=topic, partitions=[0])])]))
+        got_codes = {(r.topic_name, p.partition_index): p.error_code for r in resp.results for p in r.partitions}
+        assert got_codes == {(topic, 1): 57, ("no-such-topic", 0): 3, (topic, 0): 0}, version
+    assert dir_of(0) == dest
+
+    b.restart()
+    assert dir_of(0) == dest
+    got = consume_kp(b.bootstrap, topic, 100, partition=0)
+    assert [g.value for g in got] == [r.value for r in first + second]
+
+
+def test_describe_quorum_clients_and_raw(broker):
+    """DescribeQuorum (Admin's describeMetadataQuorum): this node is the one voter and
+    the leader of ``__cluster_metadata``; v2 lists its listeners; any other partition
+    answers UNKNOWN_TOPIC_OR_PARTITION."""
+    import time
+
+    from kafka import KafkaAdminClient
+
+    from protocol.messages import DescribeQuorumRequest as Req
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        before = int(time.time() * 1000)
+        q = admin.describe_metadata_quorum()
+    finally:
+        admin.close()
+    (t,) = q["topics"]
+    (p,) = t["partitions"]
+    assert t["topic_name"] == "__cluster_metadata" and p["partition_index"] == 0 and p["error"] is None
+    assert (p["leader_id"], p["leader_epoch"], p["high_watermark"], p["observers"]) == (0, 1, 0, [])
+    (v,) = p["current_voters"]
+    assert v["replica_id"] == 0 and v["last_fetch_timestamp"] >= before and v["last_caught_up_timestamp"] >= before
+    assert q["nodes"] == [{"node_id": 0, "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1",
+                                                           "port": broker.port}]}]
+    metadata = Req(topics=[Req.TopicData(topic_name="__cluster_metadata",
+                                         partitions=[Req.PartitionData(partition_index=0)])])
+    for version in range(3):
+        resp = raw(broker.port, 55, version, metadata)
+        assert resp.error_code == 0 and resp.topics[0].partitions[0].leader_id == 0, version
+    resp = raw(broker.port, 55, 2, Req(topics=[Req.TopicData(topic_name="__cluster_metadata", partitions=[
+        Req.PartitionData(partition_index=1)])]))
+    assert resp.error_code == 0 and resp.nodes == []
+    assert [(x.partition_index, x.error_code) for x in resp.topics[0].partitions] == [(1, 3)]
+
+
+def test_list_config_resources_clients_and_raw(broker_factory):
+    """ListConfigResources (KIP-1142): v1 lists groups with configs of their own, this
+    broker and every topic (internal ones included), only the types asked for; v0
+    (ListClientMetricsResources) lists the client-metrics resources, none here; a type
+    Chronolog does not list answers UNSUPPORTED_VERSION."""
+    from kafka import KafkaAdminClient
+
+    from protocol.messages import ListConfigResourcesRequest as Req
+    from tests.integration.test_admin_configs import ck_incremental
+
+    from confluent_kafka.admin import ResourceType
+
+    b = broker_factory({})
+    topic = create_topic(b.bootstrap, unique_topic("lcr"))
+    ck_incremental(b.bootstrap, ResourceType.GROUP, "lcr-group", [("consumer.session.timeout.ms", "SET", "50000")])
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        got = admin.list_config_resources()
+    finally:
+        admin.close()
+    assert got["broker"] == ["0"] and got["group"] == ["lcr-group"] and topic in got["topic"]
+    resp = raw(b.port, 74, 1, Req(resource_types=[]))
+    assert resp.error_code == 0
+    pairs = [(r.resource_type, r.resource_name) for r in resp.config_resources]
+    assert pairs[:2] == [(32, "lcr-group"), (4, "0")] and (2, topic) in pairs
+    assert {t for t, _ in pairs} == {2, 4, 32}
+    resp = raw(b.port, 74, 1, Req(resource_types=[2]))
+    assert resp.error_code == 0 and {r.resource_type for r in resp.config_resources} == {2}
+    assert (raw(b.port, 74, 1, Req(resource_types=[8])).error_code,
+            raw(b.port, 74, 1, Req(resource_types=[4, 99])).error_code) == (35, 35)
+    resp = raw(b.port, 74, 0, Req())
+    assert (resp.error_code, resp.config_resources) == (0, [])

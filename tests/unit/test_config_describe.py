@@ -121,12 +121,13 @@ def test_dynamic_names_are_kafkas_reconfigurable_log_configs():
     for n in ("log.retention.ms", "log.retention.bytes", "log.segment.bytes", "log.roll.ms",
               "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
               "log.message.timestamp.after.max.ms", "log.message.timestamp.difference.max.ms",
-              "log.cleanup.policy", "message.max.bytes", "advertised.listeners", "max.connections",
+              "log.cleanup.policy", "message.max.bytes", "max.connections",
               "max.connections.per.ip", "sasl.enabled.mechanisms", "ssl.client.auth", "producer.id.expiration.ms",
               "log.cleaner.threads", "num.io.threads", "sasl.kerberos.min.time.before.relogin"):
         assert n in DYNAMIC_BROKER_CONFIGS, n
-    # Kafka's dynamic too, but Chronolog binds its listeners at start only
-    for n in ("listeners", "listener.security.protocol.map"):
+    # Kafka's dynamic too, but Chronolog binds its listeners at start only; and
+    # advertised.listeners, read-only since Kafka 4.0
+    for n in ("listeners", "listener.security.protocol.map", "advertised.listeners"):
         assert n not in DYNAMIC_BROKER_CONFIGS, n
     for n in ("log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.message.format.version",
               "node.id", "log.dirs", "listeners"):
@@ -176,9 +177,8 @@ def test_listener_tls_material_is_dynamic_per_broker_only():
         validate_dynamic_update({name: "/k.pem"}, per_broker=False)
     # the other listener configs (DynamicListenerConfig) are per broker, with or without
     # the prefix: refused as cluster defaults
-    for n in ("listener.name.ssl.ssl.client.auth", "ssl.client.auth", "advertised.listeners",
-              "sasl.kerberos.min.time.before.relogin"):
-        value = {"advertised.listeners": "PLAINTEXT://h:1", "sasl.kerberos.min.time.before.relogin": "58000"}.get(
+    for n in ("listener.name.ssl.ssl.client.auth", "ssl.client.auth", "sasl.kerberos.min.time.before.relogin"):
+        value = {"sasl.kerberos.min.time.before.relogin": "58000"}.get(
             n, "required")
         validate_dynamic_update({n: value})
         with pytest.raises(DynamicConfigError, match="broker id must be specified"):
@@ -186,7 +186,8 @@ def test_listener_tls_material_is_dynamic_per_broker_only():
     # but for the three cluster-level ones
     validate_dynamic_update({"max.connections": "100", "listener.name.ssl.max.connections": "5"}, per_broker=False)
     # what Kafka never changes at run time is refused
-    for n, v in (("node.id", "3"), ("log.dirs", "/x"), ("socket.request.max.bytes", "100")):
+    for n, v in (("node.id", "3"), ("log.dirs", "/x"), ("socket.request.max.bytes", "100"),
+                 ("advertised.listeners", "PLAINTEXT://h:1")):
         with pytest.raises(DynamicConfigError, match="Cannot update these configs dynamically"):
             validate_dynamic_update({n: v})
 
