@@ -31,7 +31,7 @@ log = logging.getLogger("chronolog.dispatcher")
 SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     0: (0, 11, handlers.produce.handle),
     1: (0, 17, handlers.fetch.handle),
-    2: (0, 10, handlers.list_offsets.handle),
+    2: (0, 11, handlers.list_offsets.handle),
     3: (0, 12, handlers.metadata.handle),
     8: (0, 9, handlers.offset_commit.handle),
     9: (0, 9, handlers.offset_fetch.handle),

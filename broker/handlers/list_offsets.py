@@ -1,8 +1,9 @@
-"""ListOffsets (key 2), v0-10 (v10 adds only a timeout for tiered-storage lookups): offsets by special value or by time (KIP-33).
+"""ListOffsets (key 2), v0-11 (v10 adds only a timeout for tiered-storage lookups): offsets by special value or by time (KIP-33).
 
 -1 LATEST (the high watermark), -2 EARLIEST (log start offset), -3 MAX_TIMESTAMP (v7+),
 -4 EARLIEST_LOCAL (v8+, the log start offset here), -5 LATEST_TIERED (v9+, -1/-1: no
-tiered storage), T >= 0 through the time index (SPEC section 5). A special value below
+tiered storage), -6 EARLIEST_PENDING_UPLOAD (v11+, KIP-1023: -1/-1 with leader epoch -1,
+as Kafka answers for a topic without remote storage), T >= 0 through the time index (SPEC section 5). A special value below
 the version that introduced it is UNSUPPORTED_VERSION; the same partition twice in one
 v1+ request is INVALID_REQUEST for both entries. v0 answers "offsets before a time"
 from segment base offsets and file mtimes, like Kafka's legacy path.
@@ -22,8 +23,8 @@ from storage import errors as se
 
 log = logging.getLogger("chronolog.list_offsets")
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -101,7 +102,7 @@ def _lookup(plog, version, index, ts, isolation_level, metrics=None):
         if found is None:
             return _resp(index, 0, -1, -1)
         return _resp(index, 0, found[0], found[1], plog=plog)
-    if ts == LATEST_TIERED:
+    if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return _resp(index, 0, -1, -1)
     if ts < 0:
         return _resp(index, ErrorCode.INVALID_REQUEST)

@@ -2,7 +2,7 @@
 where each one changed something: Produce v11 (TRANSACTION_ABORTABLE), JoinGroup v8-9
 and LeaveGroup v5 (the client's reason, KIP-800), OffsetCommit v9 (GROUP_ID_NOT_FOUND),
 OffsetFetch v9 (member id and epoch), FindCoordinator v6 (share key type), ListOffsets
-v10, ApiVersions v4, InitProducerId v5; raw requests, then a librdkafka client on them."""
+v10-11, ApiVersions v4, InitProducerId v5; raw requests, then a librdkafka client on them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_api_versions_v4_reads_as_a_current_broker(vbroker):
                                                           client_software_version="1.0"))
     assert resp.error_code == 0
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    for key, top in {0: 11, 2: 10, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 18: 4, 22: 5, 23: 4}.items():
+    for key, top in {0: 11, 2: 11, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 18: 4, 22: 5, 23: 4}.items():
         assert got[key] == (0, top), key
 
 
@@ -153,5 +153,33 @@ def test_librdkafka_on_the_newest_versions(vbroker):
                 break
         assert got == [b"v%d" % i for i in range(5)]
         c.commit(asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_list_offsets_v11_earliest_pending_upload(vbroker):
+    """ListOffsets v11 (Kafka 4.2, KIP-1023): EARLIEST_PENDING_UPLOAD (-6) answers -1/-1
+    with leader epoch -1, as Kafka for a topic without remote storage; below v11 the
+    timestamp is UNSUPPORTED_VERSION. kafka-python infers a 4.2 broker from it."""
+    from kafka import KafkaConsumer
+
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("v11lo"))
+    produce_kp(b.bootstrap, topic, [Rec(b"k", b"v")] * 3)
+    L = T.ListOffsetsRequest
+
+    def ask(version, ts):
+        resp = raw(b.port, 2, version, L(replica_id=-1, isolation_level=0, timeout_ms=1000, topics=[
+            L.ListOffsetsTopic(name=topic, partitions=[L.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=ts)])]))
+        (p,) = resp.topics[0].partitions
+        return p.error_code, p.offset, p.timestamp, p.leader_epoch
+
+    assert ask(11, -6) == (0, -1, -1, -1)
+    assert ask(10, -6)[0] == ErrorCode.UNSUPPORTED_VERSION
+    assert ask(11, -1)[:2] == (0, 3) and ask(11, -2)[:2] == (0, 0)
+    c = KafkaConsumer(bootstrap_servers=b.bootstrap, api_version=None)
+    try:
+        assert c.config["api_version"] == (4, 2)
     finally:
         c.close()
