@@ -219,41 +219,47 @@ def _holds_error_code(spec, _seen=None) -> bool:
 class _ErrorCodeWalker:
     """Error codes in a response (Kafka's ``AbstractResponse.errorCounts``): every
     non-zero ``error_code`` field anywhere in the response structure. Per generated
-    class, the plan (has an ``error_code``; which fields hold structs or arrays of
-    structs, from the schema) is computed once."""
+    response class, a function is compiled once from its schema: straight-line loops
+    over the fields that hold structs or arrays of structs with an ``error_code``
+    somewhere below (a produce answer's record errors and leader hints hold none: not
+    walked)."""
 
     def __init__(self) -> None:
-        self._plans: dict[type, tuple[bool, tuple[tuple[str, bool], ...]]] = {}
-
-    def _plan(self, cls) -> tuple[bool, tuple[tuple[str, bool], ...]]:
-        spec = getattr(cls, "_struct_spec", None)
-        fields = list(spec.fields) if spec is not None else []
-        has_error = any(f.py_name == "error_code" for f in fields)
-        # only the structs that hold an error code somewhere below (a produce answer's
-        # record errors and leader hints hold none: not walked)
-        nested = tuple((f.py_name, f.is_array) for f in fields
-                       if f.struct is not None and _holds_error_code(f.struct))
-        plan = (has_error, nested)
-        self._plans[cls] = plan
-        return plan
+        self._walks: dict[type, Callable] = {}
 
     def codes(self, obj, out: list[int]) -> None:
-        plan = self._plans.get(type(obj))
-        if plan is None:
-            plan = self._plan(type(obj))
-        if plan[0]:
-            code = obj.error_code
-            if code:
-                out.append(code)
-        for name, is_array in plan[1]:
-            v = getattr(obj, name, None)
-            if v is None:
+        walk = self._walks.get(type(obj))
+        if walk is None:
+            walk = self._walks[type(obj)] = _compile_walk(getattr(type(obj), "_struct_spec", None))
+        walk(obj, out)
+
+
+def _compile_walk(spec) -> Callable:
+    lines: list[str] = []
+
+    def emit(spec, var: str, depth: int, indent: str) -> None:
+        if depth > 8:  # no Kafka message nests deeper; a cycle would
+            raise RecursionError("error code walk too deep")
+        fields = list(spec.fields) if spec is not None else []
+        if any(f.py_name == "error_code" for f in fields):
+            lines.append(f"{indent}c = {var}.error_code")
+            lines.append(f"{indent}if c: out.append(c)")
+        for f in fields:
+            if f.struct is None or not _holds_error_code(f.struct):
                 continue
-            if is_array:
-                for item in v:
-                    self.codes(item, out)
+            item = f"x{depth}"
+            lines.append(f"{indent}{item} = getattr({var}, {f.py_name!r}, None)")
+            if f.is_array:
+                lines.append(f"{indent}for {item} in {item} or ():")
             else:
-                self.codes(v, out)
+                lines.append(f"{indent}if {item} is not None:")
+            emit(f.struct, item, depth + 1, indent + "    ")
+
+    emit(spec, "obj", 0, "    ")
+    source = "def walk(obj, out):\n" + "\n".join(lines or ["    pass"]) + "\n"
+    namespace: dict = {}
+    exec(compile(source, "<error code walk>", "exec"), namespace)
+    return namespace["walk"]
 
 
 class BrokerMetrics:
