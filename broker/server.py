@@ -232,6 +232,9 @@ class BrokerServer:
         if metrics is not None:
             metrics.attach_cleaner(self.cleaner)
         self._tasks.append(asyncio.ensure_future(self._periodic("log cleaner", _CLEANER_TICK_MS, self.cleaner.tick)))
+        # partitions copied to a log dir on another filesystem (AlterReplicaLogDirs): the
+        # copy runs on a thread, each step and the switch-over here (storage.partition_move)
+        self._tasks.append(asyncio.ensure_future(self._periodic("log dir moves", 200, self.log_manager.advance_moves)))
         self.servers = []
         self._ctx = ctx
         for lst in listeners:

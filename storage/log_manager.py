@@ -54,6 +54,7 @@ from storage.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from storage.partition_move import FINAL_DELTA_BYTES, FUTURE_DIR, MAX_PASSES, PartitionMove
 from storage.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -175,6 +176,11 @@ class LogManager:
         self.busy: set[tuple[str, int]] = set()
         # called with (topic, partition) before a partition's log is deleted
         self.on_partition_deleted: list[Callable[[str, int], None]] = []
+        # partitions being copied to a log dir on another filesystem (storage.partition_move),
+        # moves cancelled while a pass still runs, and the one thread that copies
+        self.moves: dict[tuple[str, int], PartitionMove] = {}
+        self._dying_moves: list[PartitionMove] = []
+        self._move_pool = None
 
     # ------------------------------------------------------------------ startup / shutdown
     def lock_dirs(self) -> None:
@@ -248,6 +254,10 @@ class LogManager:
                 path = os.path.join(d, name)
                 if _DELETE_DIR.match(name):
                     logger.info("removing partition directory left by an interrupted delete: %s", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if FUTURE_DIR.match(name):
+                    logger.info("removing the copy of an unfinished move to this log dir: %s", path)
                     shutil.rmtree(path, ignore_errors=True)
                     continue
                 tp = parse_topic_partition_dir(name)
@@ -362,6 +372,14 @@ class LogManager:
         """Orderly stop: flush and cleanly close every log (final time-index entries,
         indexes trimmed), write both checkpoint files, then the clean-shutdown marker in
         each log dir whose logs all closed without error."""
+        for key in list(self.moves):
+            self.cancel_move(key, "the broker is stopping")
+        if self._move_pool is not None:
+            self._move_pool.shutdown(wait=True)  # a cancelled pass stops at its next chunk
+            self._move_pool = None
+        for move in self._dying_moves:
+            move.discard()
+        self._dying_moves.clear()
         errors = []
         failed_dirs = set()
         closing = []
@@ -510,6 +528,8 @@ class LogManager:
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         for p in range(info.num_partitions):
+            if (name, p) in self.moves:
+                self.cancel_move((name, p), "the topic is deleted")
             pending = self._pending.get((name, p))
             if pending is not None and not os.path.isdir(pending.path):
                 del self._pending[(name, p)]  # never made: nothing on disk
@@ -563,28 +583,39 @@ class LogManager:
 
     def move_partition(self, topic: str, partition: int, dest: str) -> bool:
         """Move a partition's directory into the log dir ``dest`` (AlterReplicaLogDirs).
-        False when it is there already. The log is flushed and closed cleanly, its
-        directory renamed into ``dest`` (one atomic rename: after a crash the partition is
-        in exactly one log dir) and reopened there without recovery; the checkpoints of
-        both dirs are rewritten. Raises LogDirNotFoundError for a path that is not a log
-        dir, UnknownTopicOrPartitionError, and KafkaStorageError (nothing moved) while
-        the cleaner works on the partition or when ``dest`` is on another filesystem:
-        Kafka copies through a future replica there, Chronolog does not copy."""
+        False when it is there already (a move elsewhere in progress is cancelled, as
+        Kafka drops a future replica whose destination changed). On the same filesystem
+        the log is flushed and closed cleanly, its directory renamed into ``dest`` (one
+        atomic rename: after a crash the partition is in exactly one log dir) and reopened
+        there without recovery. On another filesystem a copy starts in the background
+        (storage.partition_move; :meth:`advance_moves` drives it, :meth:`finish_move`
+        switches over) and True is returned at once, as Kafka answers before its future
+        replica has caught up. Raises LogDirNotFoundError for a path that is not a log
+        dir, UnknownTopicOrPartitionError, and KafkaStorageError while the cleaner works
+        on the partition (nothing moved)."""
         dest = os.path.abspath(dest)
         if dest not in self.log_dirs:
             raise LogDirNotFoundError(f"Log dir {dest} is not found in the config.")
         log = self.get_log(topic, partition)
         src = self._dir_of(log)
+        key = (topic, partition)
+        current = self.moves.get(key)
+        if current is not None:
+            if current.dest_root == dest:
+                return True  # under way
+            self.cancel_move(key, f"its destination changed to {dest}")
         if src == dest:
             return False
-        if (topic, partition) in self.busy:
+        if key in self.busy:
             raise KafkaStorageError(f"{topic}-{partition} is being cleaned; move it to {dest} afterwards")
-        if os.stat(src).st_dev != os.stat(dest).st_dev:
-            raise KafkaStorageError(f"cannot move {topic}-{partition} from {src} to {dest}: another filesystem, "
-                                    f"and Chronolog moves partitions between log dirs by renaming only")
         target = os.path.join(dest, os.path.basename(log.dir))
         if os.path.exists(target):
             raise KafkaStorageError(f"cannot move {topic}-{partition} to {dest}: {target} exists")
+        if not self.same_filesystem(src, dest):
+            self.moves[key] = PartitionMove(topic, partition, log.dir, dest)
+            logger.info("copying partition %s-%d from log dir %s to %s (another filesystem)",
+                        topic, partition, src, dest)
+            return True
         log.flush()
         log.close()
         where = target
@@ -596,7 +627,7 @@ class LogManager:
         else:
             fsync_dir(src)
             fsync_dir(dest)
-        del self._logs[(topic, partition)]
+        del self._logs[key]
         self._load_partition(topic, partition, _PendingLog(where, log.recovery_point, log.log_start_offset), True)
         if where != target:
             raise KafkaStorageError(f"could not move {topic}-{partition} from {src} to {dest}")
@@ -604,6 +635,90 @@ class LogManager:
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         return True
+
+    @staticmethod
+    def same_filesystem(a: str, b: str) -> bool:
+        """Whether a rename can move a directory from ``a`` to ``b`` (tests replace it to
+        take the copying path on one filesystem)."""
+        return os.stat(a).st_dev == os.stat(b).st_dev
+
+    def cancel_move(self, key: tuple[str, int], why: str) -> None:
+        move = self.moves.pop(key, None)
+        if move is None:
+            return
+        logger.info("cancelled the move of %s-%d to %s: %s", key[0], key[1], move.dest_root, why)
+        move.cancelled = True
+        if move.pending is not None and not move.pending.done():
+            self._dying_moves.append(move)  # its copy is removed once the pass has stopped
+        else:
+            move.discard()
+
+    def advance_moves(self) -> int:
+        """One step of every copy under way (called on the event loop every few hundred
+        ms): start the next pass on the copy thread, or, once a pass copied little,
+        switch over (:meth:`finish_move`). Returns the moves finished."""
+        for move in [m for m in self._dying_moves if m.pending is None or m.pending.done()]:
+            self._dying_moves.remove(move)
+            move.discard()
+        finished = 0
+        for key, move in list(self.moves.items()):
+            if move.pending is not None:
+                if not move.pending.done():
+                    continue
+                error = move.pending.exception()
+                move.pending = None
+                if error is not None:
+                    logger.error("the move of %s-%d to %s failed: %s", key[0], key[1], move.dest_root, error)
+                    self.cancel_move(key, "the copy failed")
+                    continue
+            if (move.last_copied is not None and (move.last_copied < FINAL_DELTA_BYTES or move.passes >= MAX_PASSES)
+                    and key not in self.busy):
+                try:
+                    self.finish_move(move)
+                    finished += 1
+                except Exception as e:
+                    logger.error("the move of %s-%d to %s failed at the switch: %s", key[0], key[1],
+                                 move.dest_root, e)
+                    self.cancel_move(key, "the switch failed")
+                continue
+            if self._move_pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._move_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chronolog-move")
+            move.pending = self._move_pool.submit(move.copy_pass)
+        return finished
+
+    def finish_move(self, move: PartitionMove) -> None:
+        """The switch of a copied partition (the steps and what a crash leaves are in
+        storage.partition_move). Runs on the event loop with the log closed throughout."""
+        key = (move.topic, move.partition)
+        log = self.get_log(move.topic, move.partition)
+        src = self._dir_of(log)
+        target = os.path.join(move.dest_root, os.path.basename(log.dir))
+        log.flush()
+        log.close()
+        try:
+            move.copy_pass()
+            move.sync()
+            os.rename(move.future_dir, target)
+            fsync_dir(move.dest_root)
+        except BaseException:
+            del self._logs[key]
+            self._load_partition(move.topic, move.partition,
+                                 _PendingLog(log.dir, log.recovery_point, log.log_start_offset), True)
+            raise
+        del self.moves[key]
+        doomed = f"{log.dir}.{uuid.uuid4().hex}-delete"
+        os.rename(log.dir, doomed)
+        fsync_dir(src)
+        del self._logs[key]
+        self._load_partition(move.topic, move.partition,
+                             _PendingLog(target, log.recovery_point, log.log_start_offset), True)
+        shutil.rmtree(doomed, ignore_errors=True)
+        logger.info("moved partition %s-%d from log dir %s to %s (copied in %d passes)", move.topic,
+                    move.partition, src, move.dest_root, move.passes)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
 
     def logs(self) -> dict[tuple[str, int], Log]:
         """Every partition's log (deferred ones are loaded first)."""

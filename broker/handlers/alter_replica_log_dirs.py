@@ -5,12 +5,13 @@ Kafka's ReplicaManager.alterReplicaLogDirs answers it.
 Needs ALTER on the cluster, else every partition answers CLUSTER_AUTHORIZATION_FAILED.
 Per partition: a path that is not one of ``log.dirs`` (as an absolute path) answers
 LOG_DIR_NOT_FOUND, a partition this broker does not host UNKNOWN_TOPIC_OR_PARTITION, a
-partition already in that dir NONE (nothing to do). Otherwise the partition's directory
-is moved there (``LogManager.move_partition``: flushed, closed, renamed, reopened) before
-the answer, NONE; Kafka answers first and copies in the background through a future
-replica, so DescribeLogDirs never shows a future replica here. A move Chronolog cannot
-make (the dirs on different filesystems, the cleaner busy with the partition) answers
-KAFKA_STORAGE_ERROR with the reason in the broker log; nothing is moved then.
+partition already in that dir NONE (a move of it elsewhere still under way is
+cancelled). Otherwise NONE, and the partition moves (``LogManager.move_partition``): on
+the same filesystem by one rename before the answer; on another by a copy in the
+background, switched over once it has caught up (storage.partition_move), as Kafka
+answers before its future replica has caught up. A move refused while the cleaner works
+on the partition answers KAFKA_STORAGE_ERROR with the reason in the broker log; nothing
+is moved then.
 """
 
 from __future__ import annotations

@@ -156,9 +156,12 @@ async def _append_rest_async(ctx, lm, version, request, acks, items, i, deferred
 async def _finish_deferred(ctx, d: _Deferred):
     try:
         await ctx.offload(d.analysis.complete)
+        plog = d.plog
+        if plog.closed:  # reopened meanwhile in another log dir (AlterReplicaLogDirs)
+            plog = ctx.log_manager.get_log(d.topic, d.partition)
     except se.StorageError as exc:
         return _refused(d.topic, d.partition, exc)
-    return _append_analyzed(ctx, d.plog, d.analysis, d.topic, d.partition, d.records)
+    return _append_analyzed(ctx, plog, d.analysis, d.topic, d.partition, d.records)
 
 
 def _respond(ctx, request, acks, results):

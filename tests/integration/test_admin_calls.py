@@ -379,3 +379,72 @@ def test_list_config_resources_clients_and_raw(broker_factory):
             raw(b.port, 74, 1, Req(resource_types=[4, 99])).error_code) == (35, 35)
     resp = raw(b.port, 74, 0, Req())
     assert (resp.error_code, resp.config_resources) == (0, [])
+
+
+def test_alter_replica_log_dirs_to_another_filesystem_under_load(broker_factory, tmp_path):
+    """A partition moved from a disk log dir to one on tmpfs (/dev/shm: another
+    filesystem here, so copied in the background) while a producer keeps writing: the
+    move finishes, every acknowledged record is there in order, and it stays after a
+    restart."""
+    import shutil
+    import threading
+    import time
+    import uuid
+
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartitionReplica
+
+    from tests.integration.helpers import consume_kp, kp_producer
+
+    shm = f"/dev/shm/chronolog-test-{uuid.uuid4().hex[:8]}"
+    disk = str(tmp_path / "disk")
+    b = None
+    try:
+        b = broker_factory({"log.dirs": f"{disk},{shm}", "num.partitions": "1", "log.segment.bytes": "200000"})
+        topic = create_topic(b.bootstrap, unique_topic("movefs"), partitions=1)
+        src = disk if os.path.isdir(os.path.join(disk, f"{topic}-0")) else shm
+        dest = shm if src == disk else disk
+        copying = os.stat(src).st_dev != os.stat(dest).st_dev
+        produce_kp(b.bootstrap, topic, [Rec(b"k", b"%06d" % i + b"x" * 500) for i in range(2000)])
+        sent, stop = [2000], threading.Event()
+
+        def keep_writing():
+            p = kp_producer(b.bootstrap, linger_ms=5)
+            try:
+                while not stop.is_set():
+                    p.send(topic, key=b"k", value=b"%06d" % sent[0] + b"x" * 500, partition=0).get(timeout=30)
+                    sent[0] += 1
+            finally:
+                p.close()
+
+        writer = threading.Thread(target=keep_writing)
+        writer.start()
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+            try:
+                tpr = TopicPartitionReplica(topic, 0, 0)
+                assert admin.alter_replica_log_dirs({tpr: dest})[tpr].__name__ == "NoError"
+            finally:
+                admin.close()
+            deadline = time.monotonic() + 60
+            while not os.path.isdir(os.path.join(dest, f"{topic}-0")):
+                assert time.monotonic() < deadline, "the move did not finish"
+                time.sleep(0.1)
+            time.sleep(0.5)  # the producer keeps writing into the moved log
+        finally:
+            stop.set()
+            writer.join(60)
+        assert not os.path.isdir(os.path.join(src, f"{topic}-0"))
+        assert not [n for d in (src, dest) for n in os.listdir(d) if n.endswith(("-future", "-delete"))]
+        if copying:
+            assert "copied in" in b.log_path.read_text()
+        n = sent[0]
+        got = consume_kp(b.bootstrap, topic, n)
+        assert [g.value[:6] for g in got] == [b"%06d" % i for i in range(n)]
+        b.restart()
+        got = consume_kp(b.bootstrap, topic, n)
+        assert len(got) == n and got[-1].value[:6] == b"%06d" % (n - 1)
+    finally:
+        if b is not None:
+            b.stop()  # before its log dir goes
+        shutil.rmtree(shm, ignore_errors=True)
