@@ -708,13 +708,19 @@ class LogManager:
                                  _PendingLog(log.dir, log.recovery_point, log.log_start_offset), True)
             raise
         del self.moves[key]
-        doomed = f"{log.dir}.{uuid.uuid4().hex}-delete"
-        os.rename(log.dir, doomed)
-        fsync_dir(src)
         del self._logs[key]
+        doomed: str | None = f"{log.dir}.{uuid.uuid4().hex}-delete"
+        try:
+            os.rename(log.dir, doomed)
+            fsync_dir(src)
+        except OSError as e:  # the partition is served from its new dir all the same
+            logger.error("moved %s-%d to %s but could not remove its old directory %s (%s): remove it before "
+                         "the next start", move.topic, move.partition, move.dest_root, log.dir, e)
+            doomed = None
         self._load_partition(move.topic, move.partition,
                              _PendingLog(target, log.recovery_point, log.log_start_offset), True)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if doomed is not None:
+            shutil.rmtree(doomed, ignore_errors=True)
         logger.info("moved partition %s-%d from log dir %s to %s (copied in %d passes)", move.topic,
                     move.partition, src, move.dest_root, move.passes)
         self.checkpoint_recovery_points()

@@ -303,6 +303,12 @@ def _cases(topic, doomed, group, new_topic, topic_id=None):
          lambda r: r.entries[0].error_code, [([], CLUSTER_DENIED), ([(*c, "ALTER_CONFIGS")], 0)]),
         ("DescribeLogDirs", 35, 4, T.DescribeLogDirsRequest(topics=None),
          lambda r: r.error_code or (0 if r.results else CLUSTER_DENIED), [([], CLUSTER_DENIED), ([(*c, "DESCRIBE")], 0)]),
+        ("AlterReplicaLogDirs", 34, 2, T.AlterReplicaLogDirsRequest(dirs=[T.AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+            path="/no/such/log/dir", topics=[T.AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(
+                name=topic, partitions=[0])])]),
+         lambda r: r.results[0].partitions[0].error_code,
+         # allowed: then refused for the path (LOG_DIR_NOT_FOUND), nothing moves
+         [([], CLUSTER_DENIED), ([(*c, "ALTER")], 57)]),
         ("DescribeQuorum", 55, 2, T.DescribeQuorumRequest(topics=[T.DescribeQuorumRequest.TopicData(
             topic_name="__cluster_metadata", partitions=[T.DescribeQuorumRequest.PartitionData(partition_index=0)])]),
          lambda r: r.error_code or r.topics[0].partitions[0].error_code,
