@@ -671,6 +671,7 @@ class LogManager:
                     logger.error("the move of %s-%d to %s failed: %s", key[0], key[1], move.dest_root, error)
                     self.cancel_move(key, "the copy failed")
                     continue
+                move.copied_leo = move.pass_leo
             if (move.last_copied is not None and (move.last_copied < FINAL_DELTA_BYTES or move.passes >= MAX_PASSES)
                     and key not in self.busy):
                 try:
@@ -685,6 +686,7 @@ class LogManager:
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._move_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chronolog-move")
+            move.pass_leo = self.get_log(*key).log_end_offset
             move.pending = self._move_pool.submit(move.copy_pass)
         return finished
 

@@ -62,6 +62,11 @@ class PartitionMove:
         self.passes = 0
         self.last_copied: int | None = None
         self.pending = None  # the running pass's concurrent future (LogManager.advance_moves)
+        # the source's log end offset when the running pass began, and when the last
+        # finished pass began: the copy holds at least the records below it (DescribeLogDirs'
+        # offset lag of the future replica)
+        self.pass_leo = 0
+        self.copied_leo = 0
         # file name -> (inode, size, mtime_ns) of the source when last copied
         self._copied: dict[str, tuple[int, int, int]] = {}
 

@@ -4,7 +4,9 @@ Needs DESCRIBE on the cluster (else no results, and CLUSTER_AUTHORIZATION_FAILED
 top level from v3). Every log dir (absolute path) is listed, with the partitions it holds
 that the request names (null topics: every partition, internal topics included): size in
 bytes of the partition's segments, offset lag 0 (the log end is the high watermark on a
-single broker), never a future replica; v4 adds the volume's total and usable bytes.
+single broker); a partition being copied to another log dir (AlterReplicaLogDirs) is also
+listed in that dir as a future replica, with the bytes copied so far and the records its
+copy may still miss as its lag; v4 adds the volume's total and usable bytes.
 As Kafka, a topic of the dir is listed even when none of its partitions was asked for
 (with no partitions). A dir that cannot be read answers KAFKA_STORAGE_ERROR for itself.
 """
@@ -30,16 +32,27 @@ def describe_log_dirs(lm, wanted) -> list:
     for (topic, partition), lg in sorted(lm.logs().items()):
         parent = os.path.dirname(os.path.abspath(lg.dir))
         by_dir.setdefault(parent, {}).setdefault(topic, []).append((partition, lg))
+    # partitions being copied to another log dir: listed there as future replicas, their
+    # size what is copied so far, their lag the records the copy may still miss
+    futures: dict[str, dict[str, list]] = {}
+    for (topic, partition), move in sorted(lm.moves.items()):
+        lag = max(0, lm.get_log(topic, partition).log_end_offset - move.copied_leo)
+        futures.setdefault(move.dest_root, {}).setdefault(topic, []).append(
+            R.DescribeLogDirsPartition(partition_index=partition, partition_size=move.future_bytes(), offset_lag=lag,
+                                       is_future_key=True))
     results = []
     for d in lm.log_dirs:
         path = os.path.abspath(d)
         try:
             total, usable = volume_bytes(path)
             topics = []
-            for topic, logs in by_dir.get(path, {}).items():
+            for topic in sorted(set(by_dir.get(path, {})) | set(futures.get(path, {}))):
+                logs = by_dir.get(path, {}).get(topic, [])
                 parts = [R.DescribeLogDirsPartition(partition_index=p, partition_size=lg.size_in_bytes, offset_lag=0,
                                                     is_future_key=False)
                          for p, lg in logs if wanted is None or (topic, p) in wanted]
+                parts += [f for f in futures.get(path, {}).get(topic, [])
+                          if wanted is None or (topic, f.partition_index) in wanted]
                 topics.append(R.DescribeLogDirsTopic(name=topic, partitions=parts))
             results.append(R.DescribeLogDirsResult(error_code=0, log_dir=path, topics=topics, total_bytes=total,
                                                    usable_bytes=usable))

@@ -43,7 +43,10 @@ def where(dirs, name):
     return [str(d) for d in dirs if os.path.isdir(os.path.join(d, name))]
 
 
-def test_copy_then_switch_keeps_every_record_and_the_log_serving(tmp_path, copying):
+def test_copy_then_switch_keeps_every_record_and_the_log_serving(tmp_path, copying, monkeypatch):
+    import storage.log_manager
+
+    monkeypatch.setattr(storage.log_manager, "FINAL_DELTA_BYTES", 0)  # every pass, up to MAX_PASSES
     dirs = [tmp_path / "a", tmp_path / "b"]
     m = manager(dirs)
     m.create_topic("t", 1, {"segment.bytes": "4000"})
@@ -63,7 +66,17 @@ def test_copy_then_switch_keeps_every_record_and_the_log_serving(tmp_path, copyi
     move.pending.result(10)
     assert os.path.isdir(move.future_dir) and FUTURE_DIR.match(os.path.basename(move.future_dir))
     fill(log, 20, start=40)
+    m.advance_moves()  # the first pass (records 0-39) counted, the next one started
+    # DescribeLogDirs lists the copy as a future replica in the destination
+    from broker.handlers.describe_log_dirs import describe_log_dirs
+
+    listed = {(r.log_dir, t.name, p.partition_index, p.is_future_key): (p.partition_size, p.offset_lag)
+              for r in describe_log_dirs(m, None) for t in r.topics for p in t.partitions}
+    assert set(listed) == {(src, "t", 0, False), (dest, "t", 0, True)}
+    size, lag = listed[(dest, "t", 0, True)]
+    assert lag == 20 and 0 < size
     drive(m)
+    assert move.passes == storage.log_manager.MAX_PASSES + 1  # and the last one with the log closed
     moved = m.get_log("t", 0)
     assert moved is not log and log.closed
     assert where(dirs, "t-0") == [dest] and os.path.dirname(moved.dir) == dest
