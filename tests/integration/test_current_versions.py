@@ -31,6 +31,17 @@ def test_api_versions_v4_reads_as_a_current_broker(vbroker):
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     for key, top in {0: 11, 2: 11, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 18: 4, 22: 5, 23: 4}.items():
         assert got[key] == (0, top), key
+    # the feature flags, as Admin's describeFeatures reads them (kafka-python's)
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=vbroker.bootstrap)
+    try:
+        features = admin.describe_features()
+    finally:
+        admin.close()
+    assert features["metadata.version"] == {"supported": (7, 25), "finalized": (25, 25), "finalized_epoch": 0}
+    assert features["group.version"]["finalized"] == (1, 1)
+    assert features["transaction.version"] == {"supported": (0, 1)}  # V1 transactions: not finalized
 
 
 def _produce_txn(port, version, topic, txn_id, pid, epoch):

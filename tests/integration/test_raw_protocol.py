@@ -193,8 +193,14 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def test_api_versions_v3_response_shape(broker):
-    """ApiVersions v3 (flexible body, response header v0). librdkafka < 2.2 (Debian's
-    kcat) cannot skip tagged fields here, which is why the README promises none."""
+    """ApiVersions v3 (flexible body, response header v0): no tagged fields per API
+    entry; at the top level Kafka's three feature tags (SupportedFeatures,
+    FinalizedFeaturesEpoch, FinalizedFeatures), the supported ones without those whose
+    minimum is 0 (KAFKA-17492); v4 lists those too. Debian's kcat (librdkafka 2.0)
+    reads this response: test_kcat drives it."""
+    from protocol import messages as T
+    from tests.integration.helpers import raw_request
+
     header = struct.pack(">hhi", API_VERSIONS, 3, 11) + _kstring("chronolog-it") + b"\x00"
     body = b"\x0dchronolog-it\x061.0.0\x00"
     with RawConn(broker.port) as c:
@@ -213,10 +219,30 @@ def test_api_versions_v3_response_shape(broker):
         assert tags == 0, f"api key {k} entry carries {tags} tagged fields"
         keys[k] = (lo, hi)
     pos += 4  # throttle_time_ms
-    tags, pos = _uvarint(resp, pos)
-    assert tags == 0, f"ApiVersions v3 response carries {tags} top-level tagged fields (breaks librdkafka 2.0)"
+    count, pos = _uvarint(resp, pos)
+    tag_ids = []
+    for _ in range(count):
+        tag, pos = _uvarint(resp, pos)
+        size, pos = _uvarint(resp, pos)
+        tag_ids.append(tag)
+        pos += size
+    assert tag_ids == [0, 1, 2]
     assert pos == len(resp), f"{len(resp) - pos} unexpected trailing bytes"
-    assert API_VERSIONS in keys and keys[API_VERSIONS][1] >= 3
+    assert API_VERSIONS in keys and keys[API_VERSIONS][1] >= 4
+
+    def features(version):
+        r = raw_request(broker.port, 18, version, T.ApiVersionsRequest(client_software_name="chronolog-it",
+                                                                         client_software_version="1.0.0"))
+        return ({f.name: (f.min_version, f.max_version) for f in r.supported_features},
+                {f.name: (f.min_version_level, f.max_version_level) for f in r.finalized_features},
+                r.finalized_features_epoch)
+
+    finalized = {"metadata.version": (25, 25), "group.version": (1, 1), "eligible.leader.replicas.version": (1, 1),
+                 "share.version": (1, 1)}
+    assert features(3) == ({"metadata.version": (7, 25)}, finalized, 0)
+    assert features(4) == ({"metadata.version": (7, 25), "group.version": (0, 1),
+                            "eligible.leader.replicas.version": (0, 1), "share.version": (0, 1),
+                            "transaction.version": (0, 1)}, finalized, 0)
 
 
 def test_pipelined_requests_answered_in_order(broker):
