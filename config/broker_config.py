@@ -402,6 +402,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
               "Read size of the cleaner's I/O, all workers together."),
     ConfigKey("log.cleaner.io.max.bytes.per.second", T.DOUBLE, 1.7976931348623157e308, None,
               "Throttle on the cleaner's reads and writes (bytes per second, all workers together)."),
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, 9223372036854775807, Range.at_least(1),
+              "Throttle on the copying of a partition moved to a log dir on another filesystem "
+              "(AlterReplicaLogDirs), bytes per second; set it dynamically, as Kafka."),
     ConfigKey("log.cleaner.backoff.ms", T.LONG, 15000, Range.at_least(0),
               "How long the cleaner waits before looking again when no log needs cleaning."),
     ConfigKey("log.cleaner.compaction.strategy", T.STRING, "offset", ValidString(COMPACTION_STRATEGIES),

@@ -116,6 +116,8 @@ LOG_CLEANER_RECONFIGURABLE: frozenset[str] = frozenset({
 OTHER_RECONFIGURABLE: frozenset[str] = frozenset({
     "num.io.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir", "background.threads",
     "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable",
+    # DynamicConfig.Broker's quota for moves between log dirs (ReplicaAlterLogDirsThread)
+    "replica.alter.log.dirs.io.max.bytes.per.second",
     "remote.log.index.file.cache.total.size.bytes", "remote.fetch.max.wait.ms",
     "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
     "remote.list.offsets.request.timeout.ms",

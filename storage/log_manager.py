@@ -647,7 +647,7 @@ class LogManager:
         if move is None:
             return
         logger.info("cancelled the move of %s-%d to %s: %s", key[0], key[1], move.dest_root, why)
-        move.cancelled = True
+        move.cancel()
         if move.pending is not None and not move.pending.done():
             self._dying_moves.append(move)  # its copy is removed once the pass has stopped
         else:
@@ -687,6 +687,8 @@ class LogManager:
 
                 self._move_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chronolog-move")
             move.pass_leo = self.get_log(*key).log_end_offset
+            rate = getattr(self.broker_config, "replica_alter_log_dirs_io_max_bytes_per_second", None)
+            move.throttle.rate = float(rate) if rate is not None and rate < 2**63 - 1 else float("inf")
             move.pending = self._move_pool.submit(move.copy_pass)
         return finished
 
@@ -699,6 +701,7 @@ class LogManager:
         target = os.path.join(move.dest_root, os.path.basename(log.dir))
         log.flush()
         log.close()
+        move.throttle = None  # the last pass runs on the event loop: never asleep
         try:
             move.copy_pass()
             move.sync()

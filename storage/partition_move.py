@@ -10,7 +10,8 @@ file that only grew (same inode, not smaller) gets its new tail appended, since 
 files are written only at their end; any other new or changed file (indexes, which are
 rewritten in place, snapshots, checkpoints, a segment the cleaner replaced) is copied
 whole. ``*.deleted`` files (segments waiting for ``file.delete.delay.ms``) are not
-copied. Passes repeat until one copies less than ``FINAL_DELTA_BYTES``.
+copied. Passes repeat until one copies less than ``FINAL_DELTA_BYTES``, throttled by
+``replica.alter.log.dirs.io.max.bytes.per.second`` (storage.cleaner.Throttler).
 
 The switch (``LogManager.finish_move``, on the event loop, nothing else running):
 the log is flushed and closed; a last pass copies what changed since; every file of the
@@ -31,9 +32,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import uuid
 
 from storage.checkpoint import fsync_dir
+from storage.cleaner import Throttler
 
 #: a pass copying less than this ends the copying: the rest is copied with the log closed
 FINAL_DELTA_BYTES = 8 * 1024 * 1024
@@ -58,7 +61,11 @@ class PartitionMove:
         self.src_dir = src_dir
         self.dest_root = dest_root
         self.future_dir = os.path.join(dest_root, f"{os.path.basename(src_dir)}.{uuid.uuid4().hex}-future")
-        self.cancelled = False
+        self._stop = threading.Event()
+        # replica.alter.log.dirs.io.max.bytes.per.second on the copy passes (its rate set
+        # before each pass; None: unthrottled, as the last pass with the log closed is);
+        # a cancel wakes its sleep
+        self.throttle: Throttler | None = Throttler(float("inf"), sleep=self._stop.wait)
         self.passes = 0
         self.last_copied: int | None = None
         self.pending = None  # the running pass's concurrent future (LogManager.advance_moves)
@@ -69,6 +76,13 @@ class PartitionMove:
         self.copied_leo = 0
         # file name -> (inode, size, mtime_ns) of the source when last copied
         self._copied: dict[str, tuple[int, int, int]] = {}
+
+    @property
+    def cancelled(self) -> bool:
+        return self._stop.is_set()
+
+    def cancel(self) -> None:
+        self._stop.set()
 
     def copy_pass(self) -> int:
         """Make the future directory mirror the source; bytes copied."""
@@ -122,6 +136,8 @@ class PartitionMove:
                 return n
             fout.write(chunk)
             n += len(chunk)
+            if self.throttle is not None:
+                self.throttle.maybe_throttle(len(chunk))
 
     def sync(self) -> None:
         """fsync every file of the future directory, then the directory."""
@@ -141,5 +157,5 @@ class PartitionMove:
             return 0
 
     def discard(self) -> None:
-        self.cancelled = True
+        self._stop.set()
         shutil.rmtree(self.future_dir, ignore_errors=True)

@@ -188,3 +188,36 @@ def test_copy_pass_appends_the_tail_of_a_grown_log_and_recopies_replaced_files(t
     assert mv.copy_pass() == 0
     mv.discard()
     assert not os.path.exists(mv.future_dir)
+
+
+def test_replica_alter_log_dirs_io_max_bytes_per_second_throttles_the_passes(tmp_path, copying):
+    """The dynamic quota of Kafka's ReplicaAlterLogDirsThread: a pass sleeps to keep under
+    it, the switch (on the event loop) never does, and a cancel wakes a long sleep."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    m.create_topic("t", 1, {})
+    log = m.get_log("t", 0)
+    fill(log, 6, size=300_000)  # ~1.8 MB
+    src = os.path.dirname(log.dir)
+    (dest,) = [str(d) for d in dirs if str(d) != src]
+    m.broker_config.replica_alter_log_dirs_io_max_bytes_per_second = 3_000_000
+    m.move_partition("t", 0, dest)
+    move = m.moves[("t", 0)]
+    m.advance_moves()
+    assert move.throttle.rate == 3_000_000
+    move.pending.result(30)
+    assert move.throttle.slept_s > 0.1  # 1.8 MB at 3 MB/s: the first 1 MiB chunk is over the 0.3 s window
+    drive(m)
+    assert where(dirs, "t-0") == [dest] and move.throttle is None
+    # a quota so low a pass would sleep for hours: cancelling the move ends it at once
+    m.broker_config.replica_alter_log_dirs_io_max_bytes_per_second = 1
+    m.move_partition("t", 0, src)
+    slow = m.moves[("t", 0)]
+    m.advance_moves()
+    time.sleep(0.2)  # the pass is asleep after its first chunk
+    started = time.monotonic()
+    m.cancel_move(("t", 0), "test")
+    assert slow.pending.exception(10) is not None and time.monotonic() - started < 5
+    drive(m)
+    assert not os.path.exists(slow.future_dir) and where(dirs, "t-0") == [dest]
+    m.shutdown()
