@@ -627,14 +627,20 @@ class LogManager:
         else:
             fsync_dir(src)
             fsync_dir(dest)
-        del self._logs[key]
-        self._load_partition(topic, partition, _PendingLog(where, log.recovery_point, log.log_start_offset), True)
+        self._reopen(log, where)
         if where != target:
             raise KafkaStorageError(f"could not move {topic}-{partition} from {src} to {dest}")
         logger.info("moved partition %s-%d from log dir %s to %s", topic, partition, src, dest)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         return True
+
+    def _reopen(self, log: Log, path: str) -> None:
+        """Load a cleanly closed partition again from ``path`` (its directory as it was,
+        or where a move put it), with the values it closed with, without recovery."""
+        del self._logs[(log.topic, log.partition)]
+        self._load_partition(log.topic, log.partition, _PendingLog(path, log.recovery_point, log.log_start_offset),
+                             True)
 
     @staticmethod
     def same_filesystem(a: str, b: str) -> bool:
@@ -687,8 +693,8 @@ class LogManager:
 
                 self._move_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chronolog-move")
             move.pass_leo = self.get_log(*key).log_end_offset
-            rate = getattr(self.broker_config, "replica_alter_log_dirs_io_max_bytes_per_second", None)
-            move.throttle.rate = float(rate) if rate is not None and rate < 2**63 - 1 else float("inf")
+            move.throttle.rate = float(getattr(self.broker_config, "replica_alter_log_dirs_io_max_bytes_per_second",
+                                               float("inf")))
             move.pending = self._move_pool.submit(move.copy_pass)
         return finished
 
@@ -708,12 +714,9 @@ class LogManager:
             os.rename(move.future_dir, target)
             fsync_dir(move.dest_root)
         except BaseException:
-            del self._logs[key]
-            self._load_partition(move.topic, move.partition,
-                                 _PendingLog(log.dir, log.recovery_point, log.log_start_offset), True)
+            self._reopen(log, log.dir)
             raise
         del self.moves[key]
-        del self._logs[key]
         doomed: str | None = f"{log.dir}.{uuid.uuid4().hex}-delete"
         try:
             os.rename(log.dir, doomed)
@@ -722,8 +725,7 @@ class LogManager:
             logger.error("moved %s-%d to %s but could not remove its old directory %s (%s): remove it before "
                          "the next start", move.topic, move.partition, move.dest_root, log.dir, e)
             doomed = None
-        self._load_partition(move.topic, move.partition,
-                             _PendingLog(target, log.recovery_point, log.log_start_offset), True)
+        self._reopen(log, target)
         if doomed is not None:
             shutil.rmtree(doomed, ignore_errors=True)
         logger.info("moved partition %s-%d from log dir %s to %s (copied in %d passes)", move.topic,

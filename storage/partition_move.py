@@ -157,5 +157,5 @@ class PartitionMove:
             return 0
 
     def discard(self) -> None:
-        self._stop.set()
+        self.cancel()
         shutil.rmtree(self.future_dir, ignore_errors=True)
