@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import uuid
 
 from protocol.errors import ErrorCode
 from protocol.messages import DeleteTopicsResponse
+from protocol.schema import ZERO_UUID
 
 from broker.errors import error_code_for
 from broker.quotas import ThrottlingQuotaExceeded, mutation_quota_for
@@ -15,7 +15,6 @@ from broker.security import authorizer as A
 log = logging.getLogger("chronolog.delete_topics")
 
 Result = DeleteTopicsResponse.DeletableTopicResult
-_NULL_UUID = uuid.UUID(int=0)
 
 
 def handle(ctx, header, request, session=None):
@@ -24,7 +23,7 @@ def handle(ctx, header, request, session=None):
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
-        wanted = [(n, _NULL_UUID) for n in request.topic_names]
+        wanted = [(n, ZERO_UUID) for n in request.topic_names]
     mutations = mutation_quota_for(ctx, header, session, strict_since=5)
     results = []
     for name, topic_id in wanted:

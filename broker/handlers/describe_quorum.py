@@ -17,16 +17,14 @@ As Kafka (ControllerApis / KafkaRaftClient.handleDescribeQuorumRequest):
 
 from __future__ import annotations
 
-import uuid
-
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeQuorumResponse as R
+from protocol.schema import ZERO_UUID
 
 from broker.security import authorizer as A
 
 METADATA_TOPIC = "__cluster_metadata"
 LEADER_EPOCH = 1
-_ZERO = uuid.UUID(int=0)
 
 
 def handle(ctx, header, request, session=None):
@@ -46,7 +44,7 @@ def handle(ctx, header, request, session=None):
             for t in topics])
     now = ctx.clock.time_ms()
     node = ctx.node_id
-    voter = R.ReplicaState(replica_id=node, replica_directory_id=_ZERO, log_end_offset=0,
+    voter = R.ReplicaState(replica_id=node, replica_directory_id=ZERO_UUID, log_end_offset=0,
                            last_fetch_timestamp=now, last_caught_up_timestamp=now)
     return R(error_code=0, error_message=None, topics=[
         R.TopicData(topic_name=METADATA_TOPIC, partitions=[

@@ -16,22 +16,21 @@ and KRaftMetadataCache answer it: the admin client's describeTopics path on Kafk
 
 from __future__ import annotations
 
-import uuid
 
 from protocol.errors import ErrorCode
 from protocol.messages import DescribeTopicPartitionsResponse as R
+from protocol.schema import ZERO_UUID
 
 from broker.security import authorizer as A
 from storage.log_manager import INTERNAL_TOPICS, LEADER_EPOCH
 
-_ZERO = uuid.UUID(int=0)
 
 
 class _InvalidRequest(Exception):
     pass
 
 
-def _topic(code, name, topic_id=_ZERO, internal=False, partitions=()):
+def _topic(code, name, topic_id=ZERO_UUID, internal=False, partitions=()):
     return R.DescribeTopicPartitionsResponseTopic(error_code=int(code), name=name, topic_id=topic_id,
                                                   is_internal=internal, partitions=list(partitions),
                                                   topic_authorized_operations=-(2**31))

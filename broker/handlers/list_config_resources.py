@@ -18,9 +18,10 @@ from __future__ import annotations
 from protocol.errors import ErrorCode
 from protocol.messages import ListConfigResourcesResponse as R
 
+from broker.handlers.describe_configs import BROKER, GROUP, TOPIC
 from broker.security import authorizer as A
 
-TOPIC, BROKER, CLIENT_METRICS, GROUP = 2, 4, 16, 32
+CLIENT_METRICS = 16
 _SUPPORTED = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, CLIENT_METRICS, GROUP)}
 
 

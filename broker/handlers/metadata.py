@@ -7,10 +7,10 @@ request allows it (v4+ ``allow_auto_topic_creation``; always for v0-3), as Kafka
 from __future__ import annotations
 
 import logging
-import uuid
 
 from protocol.errors import ErrorCode
 from protocol.messages import MetadataResponse
+from protocol.schema import ZERO_UUID
 
 from broker.errors import error_code_for
 from broker.security import authorizer as A
@@ -19,7 +19,6 @@ from storage.log_manager import INTERNAL_TOPICS as _INTERNAL_TOPICS, LEADER_EPOC
 
 log = logging.getLogger("chronolog.metadata")
 
-_NULL_UUID = uuid.UUID(int=0)
 _UNKNOWN_OPS = -(2**31)
 
 
@@ -56,7 +55,7 @@ def _topic_entry(ctx, info, version):
     )
 
 
-def _error_entry(name, code, topic_id=_NULL_UUID):
+def _error_entry(name, code, topic_id=ZERO_UUID):
     return MetadataResponse.MetadataResponseTopic(
         error_code=int(code),
         name=name,
