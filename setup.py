@@ -1,4 +1,4 @@
-"""Build script: where the packages go, and the two compiled pieces.
+"""Build script: where the packages go, and the three compiled pieces.
 
 Installed from a wheel (``pip install .``, ``pip install chronolog[spark]``), Chronolog
 adds two top-level names to an environment and no generic ones: ``chronolog`` (the
@@ -14,10 +14,12 @@ build_ext --inplace`` use the repository as it is: the packages at the top level
 extensions built next to their sources.
 
 The compiled pieces: protocol/_recwalk.c, the record walker the produce path runs over
-every record (see protocol/record_walk.py), and storage/_cleaner.c, the log cleaner's key
-map and record loops (see storage/cleaner.py). Both are optional: without a C compiler
-the install still succeeds and each falls back to its pure-Python reference (the broker
-logs a warning when it starts). Everything else is declared in pyproject.toml."""
+every record (see protocol/record_walk.py); protocol/_fastwire.c, which runs the message
+decoders and encoders protocol/_codegen.py derives from the schemas; and
+storage/_cleaner.c, the log cleaner's key map and record loops (see storage/cleaner.py).
+All are optional: without a C compiler the install still succeeds and each falls back to
+its pure-Python reference (the broker logs a warning when it starts). Everything else is
+declared in pyproject.toml."""
 
 import os
 import re
@@ -82,6 +84,12 @@ setup(
         Extension(
             PREFIX + "protocol._recwalk",
             sources=["protocol/_recwalk.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            PREFIX + "protocol._fastwire",
+            sources=["protocol/_fastwire.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

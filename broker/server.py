@@ -280,13 +280,17 @@ class BrokerServer:
                                                  cfg.log_flush_start_offset_checkpoint_interval_ms,
                                                  lm.checkpoint_log_start_offsets)),
         ]
-        from protocol import record_walk
+        from protocol import _codegen, record_walk
         from storage import cleaner as _cleaner_mod
 
         if not record_walk.COMPILED:
             log.warning("the compiled record walker (protocol/_recwalk.c) is not built: every produced "
                         "record is checked in pure Python, ~250x slower; reinstall with a C compiler "
                         "(pip install .) to build it")
+        if not _codegen.FAST_CODEC:
+            log.warning("the compiled message codec (protocol/_fastwire.c) is not built: requests are decoded "
+                        "and responses encoded by the generated Python code, about 2x slower; reinstall with a "
+                        "C compiler (pip install .) to build it")
         if not _cleaner_mod.COMPILED:
             log.warning("the compiled log cleaner loops (storage/_cleaner.c) are not built: compaction runs "
                         "in pure Python, far slower; reinstall with a C compiler (pip install .) to build them")

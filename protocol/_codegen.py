@@ -10,6 +10,13 @@ Everything here is generated from :mod:`protocol.schema` specs and compiled with
   function (no per-field or per-element function calls); runs of fixed-width fields
   are read/written with one precompiled :class:`struct.Struct`.
 
+With ``protocol/_fastwire.c`` built, :func:`get_decoder` and :func:`get_encoder` return
+its compiled runners instead, each driven by a *plan* (:func:`decode_plan`,
+:func:`encode_plan`): nested tuples made by the same walk of the same spec, naming each
+field's kind, class slot and rules. The generated Python functions stay the reference:
+the runners hand them any input they do not accept, so results and errors are theirs
+(``tests/unit/test_fastwire.py`` compares the two on every message and version).
+
 Each encoder/decoder also exists in a *traced* variant that records the field being
 processed; it is only compiled and run after the fast variant failed, to name the
 offending field in the error message (the wire format is deterministic, so the traced
@@ -24,7 +31,9 @@ bytes written so far, and the encoder continues in a fresh bytearray which it re
 
 from __future__ import annotations
 
+import functools
 import struct
+import sys
 import threading
 import uuid
 from typing import Any, Callable
@@ -781,18 +790,205 @@ def _get(cache: dict, gen: type, kind: str, name: str, version: int, trace: bool
     return fn
 
 
+# ---- the compiled decoder (protocol/_fastwire.c) ------------------------------------
+# The same walk of the spec as _DecGen, made into nested tuples (the "plan", layout in
+# _fastwire.c's docstring) instead of source: one definition, two runners. The Python
+# decoder stays the reference and the error path: _fastwire hands it any input it does
+# not accept, so every error message is the Python decoder's.
+
+K_FIXED, K_STRING, K_BYTES, K_RECORDS, K_UUID, K_STRUCT, K_ARRAY_STRUCT, K_ARRAY_FIXED, K_ARRAY_SCALAR = range(9)
+_SCALAR_KINDS = {"string": K_STRING, "bytes": K_BYTES, "records": K_RECORDS, "uuid": K_UUID}
+
+
+class _PlanGen(_Gen):
+    def build(self) -> tuple:
+        self.classes = {self.spec.name: get_class(self.spec.name)}
+        for sname in self.spec.structs:
+            self.classes[sname] = getattr(self.classes[self.spec.name], sname)
+        return self.struct_plan(self.spec.struct)
+
+    def struct_plan(self, st: StructSpec) -> tuple:
+        v = self.version
+        regular = [f for f in st.fields if f.present_in(v) and not f.tagged_in(v)]
+        cls = self.classes[st.name]
+        ops: list[tuple] = []
+        i = 0
+        while i < len(regular):
+            if regular[i].type in FIXED_FORMATS:
+                j = i
+                while j < len(regular) and regular[j].type in FIXED_FORMATS:
+                    j += 1
+                group = regular[i:j]
+                ops.append((K_FIXED, tuple(_member(cls, g.py_name) for g in group),
+                            "".join(FIXED_FORMATS[g.type] for g in group), 0, None))
+                i = j
+                continue
+            ops.append(self.field_op(regular[i], cls))
+            i += 1
+        defaults = tuple((_member(cls, f.py_name), *self.default(f))
+                         for f in st.fields if not f.present_in(v) or f.tagged_in(v))
+        tagged = {f.tag: self.field_op(f, cls) for f in st.fields if f.tagged_in(v)}
+        return (cls, tuple(ops), defaults, bool(self.flexible), tagged or None, _member(cls, "_unknown_tags"))
+
+    def default(self, f: FieldSpec) -> tuple:
+        """(mode, value) for _fastwire: what _default_expr writes as source."""
+        if f.is_array:
+            return (0, None) if f.default_is_null else (1, None)
+        if f.is_struct:
+            return (0, None) if f.default_is_null else (2, self.classes[f.struct.name])
+        return (0, f.default)
+
+    def field_op(self, f: FieldSpec, cls: type) -> tuple:
+        """The op decoding field ``f`` of struct class ``cls``."""
+        v = self.version
+        name = _member(cls, f.py_name)
+        flex = int(self.field_flexible(f))
+        nullable = int(f.nullable_in(v))
+        if f.is_array:
+            et = f.elem_type
+            if f.is_struct:
+                return (K_ARRAY_STRUCT, name, flex, nullable, self.struct_plan(f.struct))
+            if et in FIXED_FORMATS:
+                return (K_ARRAY_FIXED, name, flex, nullable, FIXED_FORMATS[et])
+            return (K_ARRAY_SCALAR, name, flex, nullable, _SCALAR_KINDS[et])
+        if f.is_struct:
+            return (K_STRUCT, name, nullable, self.struct_plan(f.struct), None)
+        if f.type in FIXED_FORMATS:
+            return (K_FIXED, (name,), FIXED_FORMATS[f.type], 0, None)
+        return (_SCALAR_KINDS[f.type], name, flex, nullable, None)
+
+
+#: what a field of a struct must hold for the struct to be a default one
+#: (_EncGen.struct_default_expr): D_EQUAL the default value, D_NONE None, D_EMPTY an empty
+#: list, D_STRUCT a default struct (nested test)
+D_EQUAL, D_NONE, D_EMPTY, D_STRUCT = range(4)
+
+
+class _EncPlanGen(_PlanGen):
+    """The encoding plan: the fields as for decoding, then the tagged fields with the
+    test _EncGen.non_default_cond writes for each (layout in _fastwire.c)."""
+
+    def struct_plan(self, st: StructSpec) -> tuple:
+        _, fields, _, flexible, _, unknown = super().struct_plan(st)
+        cls = self.classes[st.name]
+        tagged = tuple((f.tag, self.field_op(f, cls), *self.write_test(f))
+                       for f in sorted((f for f in st.fields if f.tagged_in(self.version)), key=lambda f: f.tag))
+        return (fields, flexible, tagged, unknown)
+
+    def default_test(self, st: StructSpec) -> tuple:
+        """(unknown_tags attr, ((attr, test, value), ...)): every field of ``st`` as
+        _EncGen.struct_default_expr tests it, then no unknown tags."""
+        cls = self.classes[st.name]
+        tests = []
+        for f in st.fields:
+            a = _member(cls, f.py_name)
+            if f.is_array:
+                tests.append((a, D_NONE, None) if f.default_is_null else (a, D_EMPTY, None))
+            elif f.is_struct:
+                tests.append((a, D_NONE, None) if f.default_is_null else (a, D_STRUCT, self.default_test(f.struct)))
+            elif f.type == "records":
+                tests.append((a, D_NONE, None))
+            else:
+                tests.append((a, D_EQUAL, f.default))
+        return (_member(cls, "_unknown_tags"), tuple(tests))
+
+    def write_test(self, f: FieldSpec) -> tuple:
+        """(mode, value): when the generated encoder writes tagged field ``f``."""
+        if f.is_array:
+            return (0, None) if f.default_is_null else (1, None)
+        if f.is_struct:
+            return (0, None) if f.default_is_null else (3, self.default_test(f.struct))
+        if f.type == "records":
+            return (0, None)
+        return (2, f.default)
+
+
+def _member(cls: type, name: str) -> Any:
+    """The member descriptor of slot ``name`` of a generated class (what _fastwire
+    writes through), or the name itself if it is not one."""
+    d = cls.__dict__.get(name)
+    return d if type(d).__name__ == "member_descriptor" else sys.intern(name)
+
+
+def decode_plan(name: str, version: int) -> tuple:
+    """The plan _fastwire runs for (message, version) (see _PlanGen)."""
+    spec = _schema.load_message(name)
+    if version not in spec.valid_versions:
+        raise ValueError(f"{name} has no version {version} (valid {spec.valid_versions})")
+    return _PlanGen(spec, version, False).build()
+
+
+def encode_plan(name: str, version: int) -> tuple:
+    """The plan _fastwire.encode runs for (message, version) (see _EncPlanGen)."""
+    spec = _schema.load_message(name)
+    if version not in spec.valid_versions:
+        raise ValueError(f"{name} has no version {version} (valid {spec.valid_versions})")
+    return _EncPlanGen(spec, version, False).build()
+
+
+try:
+    from . import _fastwire  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: the generated Python decoders serve
+    _fastwire = None
+
+#: the compiled decoders and encoders serve
+FAST_CODEC = _fastwire is not None
+_fast_cache: dict[tuple[str, int], Callable] = {}
+_fast_enc_cache: dict[tuple[str, int], Callable] = {}
+
+
 def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
+    """The decoder of (message, version): ``decode(buf, pos) -> (obj, pos)``. Untraced,
+    and with protocol/_fastwire.c built, the compiled runner of its plan, which falls back
+    to the generated Python decoder (``python_decoder``) for any input it does not accept."""
+    if trace or not FAST_CODEC:
+        return python_decoder(name, version, trace)
+    key = (name, version)
+    fn = _fast_cache.get(key)
+    if fn is None:
+        with _lock:
+            fn = _fast_cache.get(key)
+            if fn is None:
+                py = python_decoder(name, version)
+                fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
+                fn.__source__ = py.__source__  # type: ignore[attr-defined]
+                _fast_cache[key] = fn
+    return fn
+
+
+def python_decoder(name: str, version: int, trace: bool = False) -> Callable:
+    """The generated Python decoder of (message, version)."""
     return _get(_dec_cache, _DecGen, "decode", name, version, trace)
 
 
 def get_encoder(name: str, version: int, trace: bool = False) -> Callable:
+    """The encoder of (message, version): ``encode(obj, out, chunks) -> out``. Untraced,
+    and with protocol/_fastwire.c built, the compiled runner of its plan, which falls back
+    to the generated Python encoder (``python_encoder``) for anything it cannot write."""
+    if trace or not FAST_CODEC:
+        return python_encoder(name, version, trace)
+    key = (name, version)
+    fn = _fast_enc_cache.get(key)
+    if fn is None:
+        with _lock:
+            fn = _fast_enc_cache.get(key)
+            if fn is None:
+                py = python_encoder(name, version)
+                fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
+                fn.__source__ = py.__source__  # type: ignore[attr-defined]
+                _fast_enc_cache[key] = fn
+    return fn
+
+
+def python_encoder(name: str, version: int, trace: bool = False) -> Callable:
+    """The generated Python encoder of (message, version)."""
     return _get(_enc_cache, _EncGen, "encode", name, version, trace)
 
 
 def decoder_source(name: str, version: int, trace: bool = False) -> str:
     """The generated decoder source (for debugging and docs)."""
-    return get_decoder(name, version, trace).__source__  # type: ignore[attr-defined]
+    return python_decoder(name, version, trace).__source__  # type: ignore[attr-defined]
 
 
 def encoder_source(name: str, version: int, trace: bool = False) -> str:
-    return get_encoder(name, version, trace).__source__  # type: ignore[attr-defined]
+    return python_encoder(name, version, trace).__source__  # type: ignore[attr-defined]

@@ -85,7 +85,8 @@ def test_the_wheel_installs_two_top_level_names(fresh_venv):
              "        print('SHADOWS', name)\n"
              "    except ImportError:\n"
              "        pass\n"
-             "import chronolog.broker.server, chronolog.protocol._recwalk, pyspark_kafka_compatible.kafka_io\n"
+             "import chronolog.broker.server, chronolog.protocol._recwalk, chronolog.protocol._fastwire\n"
+             "import pyspark_kafka_compatible.kafka_io\n"
              "from chronolog.protocol import messages\n"
              "print(messages.FetchRequest.__module__)\n"
              f"print(sorted(m for m in sys.modules if m.split('.')[0] in {GENERIC!r}))\n")

@@ -1,0 +1,251 @@
+"""The compiled decoders and encoders (protocol/_fastwire.c running _codegen's plans)
+against the generated Python ones they stand in for: the same objects, field by field and
+type by type, and the same bytes and chunks, for every message and version; no hand-over
+to Python on valid input; and on malformed input or an object that cannot be written, the
+Python code's answer (result or error, message included)."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import _codegen, codec
+from protocol.codec import DecodeError
+from protocol.schema import load_message, message_names
+from tests.unit.test_codec_roundtrip import message_strategy
+
+from protocol import _fastwire  # built by make; the suite runs with it
+
+ALL_CASES = [
+    (n, v)
+    for n in message_names()
+    if load_message(n).type in ("request", "response", "data", "header")
+    for v in load_message(n).valid_versions
+]
+
+
+def same(a, b, path="") -> None:
+    """``a`` and ``b`` equal and of the same types all the way down (bool is not int,
+    a records view is not bytes), unknown tags included."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, _codegen.KafkaStruct):
+        for n in a._fields:
+            same(getattr(a, n), getattr(b, n), f"{path}.{n}")
+        same(a._unknown_tags, b._unknown_tags, f"{path}._unknown_tags")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{path}[{i}]")
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            same(a[k], b[k], f"{path}[{k}]")
+    elif isinstance(a, memoryview):
+        assert a.tobytes() == b.tobytes() and a.obj is b.obj, path
+    elif isinstance(a, float) and a != a:
+        assert b != b, path
+    else:
+        assert a == b, path
+
+
+def both(name, version, buf, pos=0):
+    """(compiled result or exception, Python result or exception)."""
+    out = []
+    for fn in (_codegen.get_decoder(name, version), _codegen.python_decoder(name, version)):
+        try:
+            out.append(fn(buf, pos))
+        except Exception as exc:  # noqa: BLE001 - compared below
+            out.append(exc)
+    return out
+
+
+def test_the_compiled_decoders_serve():
+    assert _codegen.FAST_CODEC
+    fn = _codegen.get_decoder("ProduceRequest", 9)
+    assert fn.func is _fastwire.decode and fn is _codegen.get_decoder("ProduceRequest", 9)
+    assert "def decode(" in _codegen.decoder_source("ProduceRequest", 9)
+    # traced decoding (naming the field of an error) is the Python decoder's
+    assert _codegen.get_decoder("ProduceRequest", 9, True) is _codegen.python_decoder("ProduceRequest", 9, True)
+
+
+@pytest.mark.parametrize("name,version", ALL_CASES, ids=[f"{n}-v{v}" for n, v in ALL_CASES])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_objects_as_the_python_decoder(name, version, data):
+    msg = data.draw(message_strategy(name, version))
+    prefix = data.draw(st.binary(max_size=3))
+    buf = memoryview(bytearray(prefix + codec.encode_body(msg, version) + b"\x00trailing"))
+    before = _fastwire.fallbacks()
+    fast, py = both(name, version, buf, len(prefix))
+    assert _fastwire.fallbacks() == before, "valid input was handed to the Python decoder"
+    same(fast[0], py[0])
+    assert fast[1] == py[1]
+    assert fast[0] == msg
+
+
+@pytest.mark.parametrize("name,version", [("ProduceRequest", 3), ("ProduceRequest", 9), ("FetchRequest", 12),
+                                          ("FetchRequest", 16), ("MetadataRequest", 12), ("RequestHeader", 2),
+                                          ("ConsumerGroupHeartbeatRequest", 0), ("ApiVersionsRequest", 3)])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_malformed_input_gets_the_python_decoders_answer(name, version, data):
+    """Every truncation and random byte flips: the compiled decoder returns what the
+    Python decoder returns, or raises the same exception with the same message."""
+    msg = data.draw(message_strategy(name, version))
+    raw = bytearray(codec.encode_body(msg, version))
+    for _ in range(data.draw(st.integers(0, 3))):
+        if raw:
+            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    for cut in range(len(raw) + 1):
+        buf = memoryview(bytes(raw[:cut]))
+        fast, py = both(name, version, buf)
+        if isinstance(py, Exception):
+            assert type(fast) is type(py) and str(fast) == str(py), (cut, fast, py)
+        else:
+            same(fast[0], py[0])
+            assert fast[1] == py[1]
+
+
+def test_errors_through_codec_are_unchanged():
+    """codec's messages (which name the field) come from the traced Python decoder."""
+    body = struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
+    body += struct.pack(">ii", 1, 0) + struct.pack(">i", 4) + b"abc"  # records length past the end
+    frame = struct.pack(">hhih", 0, 3, 1, 1) + b"c" + body
+    with pytest.raises(DecodeError, match=r"ProduceRequest v3 at field topic_data\[\]\.partition_data\[\]\.records: "
+                                          r"records length 4 exceeds the remaining 3 bytes"):
+        codec.decode_request(frame)
+
+
+def test_tagged_fields_unknown_tags_and_defaults():
+    from protocol.messages import FetchRequest
+
+    req = FetchRequest(cluster_id="abc", replica_state=FetchRequest.ReplicaState(replica_id=3, replica_epoch=7),
+                       topics=[FetchRequest.FetchTopic(topic_id=uuid.uuid4(), partitions=[
+                           FetchRequest.FetchPartition(partition=1, fetch_offset=5, _unknown_tags={99: b"x"})])],
+                       _unknown_tags={200: b"\x01\x02"})
+    enc = codec.encode_body(req, 15)
+    fast, py = both("FetchRequest", 15, memoryview(enc))
+    same(fast[0], py[0])
+    assert fast[0].cluster_id == "abc" and fast[0].replica_state.replica_epoch == 7
+    assert fast[0]._unknown_tags == {200: b"\x01\x02"}
+    assert fast[0].topics[0].partitions[0]._unknown_tags == {99: b"x"}
+    assert fast[0].topics[0].topic == ""  # absent in v15: its default
+    # a default struct instance is a fresh one per message
+    other = _codegen.get_decoder("FetchRequest", 12)(memoryview(codec.encode_body(FetchRequest(), 12)), 0)[0]
+    again = _codegen.get_decoder("FetchRequest", 12)(memoryview(codec.encode_body(FetchRequest(), 12)), 0)[0]
+    assert other.replica_state == again.replica_state and other.replica_state is not again.replica_state
+
+
+def test_records_are_views_of_the_frame():
+    from protocol.messages import ProduceRequest
+
+    req = ProduceRequest(acks=1, timeout_ms=10, topic_data=[ProduceRequest.TopicProduceData(
+        name="t", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=b"R" * 70)])])
+    frame = bytearray(codec.encode_body(req, 9))
+    view = memoryview(frame)
+    got = _codegen.get_decoder("ProduceRequest", 9)(view, 0)[0].topic_data[0].partition_data[0].records
+    assert isinstance(got, memoryview) and got.obj is frame
+    frame[-4] = ord("Z")  # the last records byte, before three tagged-field counts
+    assert bytes(got).endswith(b"Z")
+
+
+def both_encoded(name, version, obj, prefix=b"\x00" * 9):
+    """(compiled (out, chunks) or exception, Python (out, chunks) or exception)."""
+    res = []
+    for fn in (_codegen.get_encoder(name, version), _codegen.python_encoder(name, version)):
+        out, chunks = bytearray(prefix), []
+        try:
+            res.append((bytes(fn(obj, out, chunks)), [bytes(c) if isinstance(c, bytearray) else c for c in chunks],
+                        bytes(out)))
+        except Exception as exc:  # noqa: BLE001 - compared below
+            res.append(exc)
+    return res
+
+
+@pytest.mark.parametrize("name,version", ALL_CASES, ids=[f"{n}-v{v}" for n, v in ALL_CASES])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_bytes_as_the_python_encoder(name, version, data):
+    msg = data.draw(message_strategy(name, version))
+    before = _fastwire.fallbacks()
+    fast, py = both_encoded(name, version, msg)
+    assert _fastwire.fallbacks() == before, "a valid message was handed to the Python encoder"
+    assert fast == py
+
+
+class _Slice:
+    """Records that are not bytes (a storage.FileSlice stands in the broker)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_records_chunks_as_the_python_encoder():
+    from protocol.messages import FetchResponse as F
+
+    def response(records):
+        return F(responses=[F.FetchableTopicResponse(topic="t", partitions=[
+            F.PartitionData(partition_index=i, records=r) for i, r in enumerate(records)])])
+
+    cases = [[b"a" * 10, b"b" * (_codegen.INLINE_RECORDS_MAX + 1), None, b"c"],
+             [_Slice(100), _Slice(5), bytearray(b"x" * 3)],
+             [memoryview(b"y" * (_codegen.INLINE_RECORDS_MAX + 5))], [b""], [None]]
+    for version in (4, 11, 12, 16):
+        for recs in cases:
+            fast, py = both_encoded("FetchResponse", version, response(recs))
+            assert fast[0] == py[0] and fast[2] == py[2]
+            assert len(fast[1]) == len(py[1])
+            for a, b in zip(fast[1], py[1]):
+                assert a is b if isinstance(b, (_Slice, memoryview)) else a == b
+
+
+def test_tagged_fields_written_as_the_python_encoder():
+    from protocol.messages import ProduceResponse as R
+
+    def part(**kw):
+        return R.PartitionProduceResponse(index=0, base_offset=5, **kw)
+
+    leaders = [R.LeaderIdAndEpoch(), R.LeaderIdAndEpoch(leader_id=1, leader_epoch=2),
+               R.LeaderIdAndEpoch(_unknown_tags={5: b"z"}), None]
+    for cl in leaders:
+        for ut in (None, {}, {3: b"q"}, {0: b"dup"}):
+            msg = R(responses=[R.TopicProduceResponse(name="t", partition_responses=[
+                part(current_leader=cl, _unknown_tags=ut)])],
+                node_endpoints=[R.NodeEndpoint(node_id=1, host="h", port=9, rack=None)] if ut else [])
+            for version in (9, 10, 11):
+                fast, py = both_encoded("ProduceResponse", version, msg)
+                if isinstance(py, Exception):
+                    assert type(fast) is type(py) and str(fast) == str(py)
+                else:
+                    assert fast == py
+
+
+@pytest.mark.parametrize("field,value", [
+    ("index", 2**31), ("index", -(2**31) - 1), ("index", 1.5), ("index", "1"), ("index", None),
+    ("error_code", 2**15), ("base_offset", 2**63), ("log_start_offset", True),
+    ("record_errors", None), ("record_errors", (1,)), ("record_errors", [None]),
+    ("error_message", 7), ("error_message", "\ud800"), ("current_leader", "x"),
+])
+def test_objects_that_cannot_be_written_get_the_python_encoders_answer(field, value):
+    from protocol.messages import ProduceResponse as R
+
+    p = R.PartitionProduceResponse(index=0, base_offset=5)
+    setattr(p, field, value)
+    msg = R(responses=[R.TopicProduceResponse(name="t", partition_responses=[p])])
+    for version in (3, 9, 10):
+        fast, py = both_encoded("ProduceResponse", version, msg)
+        if isinstance(py, Exception):
+            assert type(fast) is type(py) and str(fast) == str(py), (version, fast, py)
+        else:
+            assert fast == py
+    # and through codec, the message names the field
+    if field == "index":
+        with pytest.raises(codec.EncodeError, match="index"):
+            codec.encode_response(0, 9, 1, msg)
