@@ -75,6 +75,11 @@ bench-transactions: $(STAMP)
 bench-shapes: $(STAMP)
 	$(PY) bench/shapes.py $(ARGS)
 
+# The message codec alone: compiled runner against the generated Python (bench/codec.py)
+.PHONY: bench-codec
+bench-codec: $(STAMP)
+	$(PY) bench/codec.py $(ARGS)
+
 # More than one core: 1 vs 2 broker processes on disjoint topics (docs/DESIGN.md)
 .PHONY: bench-multicore
 bench-multicore: $(STAMP)

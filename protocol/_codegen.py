@@ -790,11 +790,11 @@ def _get(cache: dict, gen: type, kind: str, name: str, version: int, trace: bool
     return fn
 
 
-# ---- the compiled decoder (protocol/_fastwire.c) ------------------------------------
-# The same walk of the spec as _DecGen, made into nested tuples (the "plan", layout in
-# _fastwire.c's docstring) instead of source: one definition, two runners. The Python
-# decoder stays the reference and the error path: _fastwire hands it any input it does
-# not accept, so every error message is the Python decoder's.
+# ---- the compiled runners (protocol/_fastwire.c) ------------------------------------
+# The same walk of the spec as _DecGen and _EncGen, made into nested tuples (the "plans",
+# layout in _fastwire.c's docstring) instead of source: one definition, two runners. The
+# generated Python functions stay the reference and the error path: _fastwire hands them
+# any input it does not accept, so every error message is theirs.
 
 K_FIXED, K_STRING, K_BYTES, K_RECORDS, K_UUID, K_STRUCT, K_ARRAY_STRUCT, K_ARRAY_FIXED, K_ARRAY_SCALAR = range(9)
 _SCALAR_KINDS = {"string": K_STRING, "bytes": K_BYTES, "records": K_RECORDS, "uuid": K_UUID}
@@ -910,31 +910,51 @@ def _member(cls: type, name: str) -> Any:
     return d if type(d).__name__ == "member_descriptor" else sys.intern(name)
 
 
-def decode_plan(name: str, version: int) -> tuple:
-    """The plan _fastwire runs for (message, version) (see _PlanGen)."""
+def _plan(gen: type, name: str, version: int) -> tuple:
     spec = _schema.load_message(name)
     if version not in spec.valid_versions:
         raise ValueError(f"{name} has no version {version} (valid {spec.valid_versions})")
-    return _PlanGen(spec, version, False).build()
+    return gen(spec, version, False).build()
+
+
+def decode_plan(name: str, version: int) -> tuple:
+    """The plan _fastwire.decode runs for (message, version) (see _PlanGen)."""
+    return _plan(_PlanGen, name, version)
 
 
 def encode_plan(name: str, version: int) -> tuple:
     """The plan _fastwire.encode runs for (message, version) (see _EncPlanGen)."""
-    spec = _schema.load_message(name)
-    if version not in spec.valid_versions:
-        raise ValueError(f"{name} has no version {version} (valid {spec.valid_versions})")
-    return _EncPlanGen(spec, version, False).build()
+    return _plan(_EncPlanGen, name, version)
 
 
 try:
     from . import _fastwire  # type: ignore[attr-defined]
-except ImportError:  # no C compiler at install time: the generated Python decoders serve
+except ImportError:  # no C compiler at install time: the generated Python code serves
     _fastwire = None
 
 #: the compiled decoders and encoders serve
 FAST_CODEC = _fastwire is not None
-_fast_cache: dict[tuple[str, int], Callable] = {}
-_fast_enc_cache: dict[tuple[str, int], Callable] = {}
+_fast_cache: dict[tuple[str, str, int], Callable] = {}
+
+
+def _fast(kind: str, name: str, version: int) -> Callable:
+    """The compiled runner of (message, version)'s plan, bound to its generated Python
+    function (the fallback) as ``partial(runner, plan, fallback[, inline max])``."""
+    key = (kind, name, version)
+    fn = _fast_cache.get(key)
+    if fn is None:
+        with _lock:
+            fn = _fast_cache.get(key)
+            if fn is None:
+                if kind == "decode":
+                    py = python_decoder(name, version)
+                    fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
+                else:
+                    py = python_encoder(name, version)
+                    fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
+                fn.__source__ = py.__source__  # type: ignore[attr-defined]
+                _fast_cache[key] = fn
+    return fn
 
 
 def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
@@ -943,17 +963,7 @@ def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
     to the generated Python decoder (``python_decoder``) for any input it does not accept."""
     if trace or not FAST_CODEC:
         return python_decoder(name, version, trace)
-    key = (name, version)
-    fn = _fast_cache.get(key)
-    if fn is None:
-        with _lock:
-            fn = _fast_cache.get(key)
-            if fn is None:
-                py = python_decoder(name, version)
-                fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
-                fn.__source__ = py.__source__  # type: ignore[attr-defined]
-                _fast_cache[key] = fn
-    return fn
+    return _fast("decode", name, version)
 
 
 def python_decoder(name: str, version: int, trace: bool = False) -> Callable:
@@ -967,17 +977,7 @@ def get_encoder(name: str, version: int, trace: bool = False) -> Callable:
     to the generated Python encoder (``python_encoder``) for anything it cannot write."""
     if trace or not FAST_CODEC:
         return python_encoder(name, version, trace)
-    key = (name, version)
-    fn = _fast_enc_cache.get(key)
-    if fn is None:
-        with _lock:
-            fn = _fast_enc_cache.get(key)
-            if fn is None:
-                py = python_encoder(name, version)
-                fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
-                fn.__source__ = py.__source__  # type: ignore[attr-defined]
-                _fast_enc_cache[key] = fn
-    return fn
+    return _fast("encode", name, version)
 
 
 def python_encoder(name: str, version: int, trace: bool = False) -> Callable:
