@@ -779,15 +779,19 @@ def _compile(name: str, version: int, trace: bool, gen_cls: type, kind: str) -> 
     return fn
 
 
-def _get(cache: dict, gen: type, kind: str, name: str, version: int, trace: bool) -> Callable:
-    key = (name, version, trace)
+def _cached(cache: dict, key: tuple, make: Callable[[], Callable]) -> Callable:
+    """``cache[key]``, made once by ``make()`` (under the lock) when missing."""
     fn = cache.get(key)
     if fn is None:
         with _lock:
             fn = cache.get(key)
             if fn is None:
-                fn = cache[key] = _compile(name, version, trace, gen, kind)
+                fn = cache[key] = make()
     return fn
+
+
+def _get(cache: dict, gen: type, kind: str, name: str, version: int, trace: bool) -> Callable:
+    return _cached(cache, (name, version, trace), lambda: _compile(name, version, trace, gen, kind))
 
 
 # ---- the compiled runners (protocol/_fastwire.c) ------------------------------------
@@ -940,21 +944,18 @@ _fast_cache: dict[tuple[str, str, int], Callable] = {}
 def _fast(kind: str, name: str, version: int) -> Callable:
     """The compiled runner of (message, version)'s plan, bound to its generated Python
     function (the fallback) as ``partial(runner, plan, fallback[, inline max])``."""
-    key = (kind, name, version)
-    fn = _fast_cache.get(key)
-    if fn is None:
-        with _lock:
-            fn = _fast_cache.get(key)
-            if fn is None:
-                if kind == "decode":
-                    py = python_decoder(name, version)
-                    fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
-                else:
-                    py = python_encoder(name, version)
-                    fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
-                fn.__source__ = py.__source__  # type: ignore[attr-defined]
-                _fast_cache[key] = fn
-    return fn
+
+    def make() -> Callable:
+        if kind == "decode":
+            py = python_decoder(name, version)
+            fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
+        else:
+            py = python_encoder(name, version)
+            fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
+        fn.__source__ = py.__source__  # type: ignore[attr-defined]
+        return fn
+
+    return _cached(_fast_cache, (kind, name, version), make)
 
 
 def get_decoder(name: str, version: int, trace: bool = False) -> Callable:
