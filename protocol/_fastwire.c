@@ -1,18 +1,23 @@
-/* protocol/_fastwire.c - runs the message decoders of protocol/_codegen.py compiled.
+/* protocol/_fastwire.c - runs the message decoders and encoders of protocol/_codegen.py
+ * compiled.
  *
  * Owns no wire format. protocol/_codegen.py reads each message's JSON definition once and
- * makes two things from it: the Python decoder source (the reference, and what the tests
- * compare against) and a *plan*, nested tuples naming each field's kind in wire order
- * (_codegen.decode_plan). This module walks a plan over the bytes and builds the same
- * objects the Python decoder builds, with the same values: a generated struct made with
- * object.__new__, its present fields in order, the fields absent from the version set
- * to their defaults, then ``_unknown_tags`` and the tagged fields of a flexible version.
+ * makes two things from it: the Python decoder and encoder source (the reference, and
+ * what the tests compare against) and a *plan* for each, nested tuples naming each
+ * field's kind in wire order (_codegen.decode_plan, encode_plan). This module walks a
+ * plan over the bytes and builds the same objects the Python decoder builds, with the
+ * same values: a generated struct made with object.__new__, its present fields in order,
+ * the fields absent from the version set to their defaults, then ``_unknown_tags`` and
+ * the tagged fields of a flexible version; or walks an object and writes the bytes (and
+ * chunks) the Python encoder writes (layout of the encoding plan further down).
  *
  * Errors: it never reports one itself. On anything it does not accept (a truncated field,
  * a length past the end, invalid UTF-8, a varint over 5 bytes, a negative length where
- * null is not allowed) it discards what it built and calls the plan's Python decoder on
- * the same input, which returns the same result or raises the error with its message.
- * ``fallbacks()`` counts those calls (the tests check that valid input never needs one).
+ * null is not allowed; an object the Python encoder would refuse or write in a way not
+ * planned here) it discards what it built and calls the plan's Python function on the
+ * same input, which returns the same result or raises the error with its message.
+ * ``fallbacks()`` counts those calls (the tests check that valid input never needs one);
+ * built with -DFASTWIRE_TRACE, each one is also printed to stderr with its message class.
  *
  * Plan of a struct: (class, fields, defaults, flexible, tagged, unknown_tags)
  *   fields:   ops in wire order
@@ -23,7 +28,7 @@
  * An attribute ("attr") is the class's member descriptor of that __slots__ field, which
  * set_field writes through directly (or a name, set with setattr).
  * Op: (kind, attr, a, b, c)
- *   K_FIXED (attr: tuple of names, a: struct format chars of consecutive fixed fields)
+ *   K_FIXED (attr: tuple of attributes, a: struct format chars of consecutive fixed fields)
  *   K_STRING / K_BYTES / K_RECORDS (a: compact length, b: nullable)
  *   K_UUID
  *   K_STRUCT (a: nullable (int8 marker), b: struct plan)
