@@ -63,13 +63,17 @@ def both(name, version, buf, pos=0):
     return out
 
 
-def test_the_compiled_decoders_serve():
+def test_the_compiled_runners_serve():
     assert _codegen.FAST_CODEC
     fn = _codegen.get_decoder("ProduceRequest", 9)
     assert fn.func is _fastwire.decode and fn is _codegen.get_decoder("ProduceRequest", 9)
+    enc = _codegen.get_encoder("ProduceResponse", 9)
+    assert enc.func is _fastwire.encode and enc is _codegen.get_encoder("ProduceResponse", 9)
     assert "def decode(" in _codegen.decoder_source("ProduceRequest", 9)
-    # traced decoding (naming the field of an error) is the Python decoder's
+    assert "def encode(" in _codegen.encoder_source("ProduceResponse", 9)
+    # traced runs (naming the field of an error) are the Python functions'
     assert _codegen.get_decoder("ProduceRequest", 9, True) is _codegen.python_decoder("ProduceRequest", 9, True)
+    assert _codegen.get_encoder("ProduceResponse", 9, True) is _codegen.python_encoder("ProduceResponse", 9, True)
 
 
 @pytest.mark.parametrize("name,version", ALL_CASES, ids=[f"{n}-v{v}" for n, v in ALL_CASES])
