@@ -813,8 +813,18 @@ class _PlanGen(_Gen):
 
     def struct_plan(self, st: StructSpec) -> tuple:
         v = self.version
-        regular = [f for f in st.fields if f.present_in(v) and not f.tagged_in(v)]
         cls = self.classes[st.name]
+        defaults = tuple((_member(cls, f.py_name), *self.default(f))
+                         for f in st.fields if not f.present_in(v) or f.tagged_in(v))
+        tagged = {f.tag: self.field_op(f, cls) for f in st.fields if f.tagged_in(v)}
+        return (cls, self.field_ops(st, cls), defaults, bool(self.flexible), tagged or None,
+                _member(cls, "_unknown_tags"))
+
+    def field_ops(self, st: StructSpec, cls: type) -> tuple:
+        """The ops of the struct's regular (untagged) fields in wire order, each run of
+        fixed-width fields one K_FIXED op (as _DecGen and _EncGen give it one Struct)."""
+        v = self.version
+        regular = [f for f in st.fields if f.present_in(v) and not f.tagged_in(v)]
         ops: list[tuple] = []
         i = 0
         while i < len(regular):
@@ -823,16 +833,13 @@ class _PlanGen(_Gen):
                 while j < len(regular) and regular[j].type in FIXED_FORMATS:
                     j += 1
                 group = regular[i:j]
-                ops.append((K_FIXED, tuple(_member(cls, g.py_name) for g in group),
-                            "".join(FIXED_FORMATS[g.type] for g in group), 0, None))
+                ops.append(_fixed_op(tuple(_member(cls, g.py_name) for g in group),
+                                     "".join(FIXED_FORMATS[g.type] for g in group)))
                 i = j
                 continue
             ops.append(self.field_op(regular[i], cls))
             i += 1
-        defaults = tuple((_member(cls, f.py_name), *self.default(f))
-                         for f in st.fields if not f.present_in(v) or f.tagged_in(v))
-        tagged = {f.tag: self.field_op(f, cls) for f in st.fields if f.tagged_in(v)}
-        return (cls, tuple(ops), defaults, bool(self.flexible), tagged or None, _member(cls, "_unknown_tags"))
+        return tuple(ops)
 
     def default(self, f: FieldSpec) -> tuple:
         """(mode, value) for _fastwire: what _default_expr writes as source."""
@@ -858,8 +865,13 @@ class _PlanGen(_Gen):
         if f.is_struct:
             return (K_STRUCT, name, nullable, self.struct_plan(f.struct), None)
         if f.type in FIXED_FORMATS:
-            return (K_FIXED, (name,), FIXED_FORMATS[f.type], 0, None)
+            return _fixed_op((name,), FIXED_FORMATS[f.type])
         return (_SCALAR_KINDS[f.type], name, flex, nullable, None)
+
+
+def _fixed_op(attrs: tuple, fmt: str) -> tuple:
+    """K_FIXED: the fields ``attrs``, their struct format, and its size in bytes."""
+    return (K_FIXED, attrs, fmt, struct.calcsize(">" + fmt), None)
 
 
 #: what a field of a struct must hold for the struct to be a default one
@@ -873,11 +885,10 @@ class _EncPlanGen(_PlanGen):
     test _EncGen.non_default_cond writes for each (layout in _fastwire.c)."""
 
     def struct_plan(self, st: StructSpec) -> tuple:
-        _, fields, _, flexible, _, unknown = super().struct_plan(st)
         cls = self.classes[st.name]
         tagged = tuple((f.tag, self.field_op(f, cls), *self.write_test(f))
                        for f in sorted((f for f in st.fields if f.tagged_in(self.version)), key=lambda f: f.tag))
-        return (fields, flexible, tagged, unknown)
+        return (self.field_ops(st, cls), bool(self.flexible), tagged, _member(cls, "_unknown_tags"))
 
     def default_test(self, st: StructSpec) -> tuple:
         """(unknown_tags attr, ((attr, test, value), ...)): every field of ``st`` as

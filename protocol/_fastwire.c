@@ -28,7 +28,8 @@
  * An attribute ("attr") is the class's member descriptor of that __slots__ field, which
  * set_field writes through directly (or a name, set with setattr).
  * Op: (kind, attr, a, b, c)
- *   K_FIXED (attr: tuple of attributes, a: struct format chars of consecutive fixed fields)
+ *   K_FIXED (attr: tuple of attributes, a: struct format chars of consecutive fixed
+ *            fields, b: their size in bytes)
  *   K_STRING / K_BYTES / K_RECORDS (a: compact length, b: nullable)
  *   K_UUID
  *   K_STRUCT (a: nullable (int8 marker), b: struct plan)
@@ -262,13 +263,7 @@ static int decode_fixed(PyObject *obj, PyObject *op, const In *in, Py_ssize_t *p
     PyObject *names = PyTuple_GET_ITEM(op, 1);
     const char *fmt = PyUnicode_AsUTF8(PyTuple_GET_ITEM(op, 2));
     if (fmt == NULL) return -1;
-    Py_ssize_t total = 0;
-    for (const char *c = fmt; *c; c++) {
-        Py_ssize_t s = fixed_size(*c);
-        if (s < 0) return -1;
-        total += s;
-    }
-    if (in->end - *pos < total) return -1;
+    if (in->end - *pos < op_int(op, 3)) return -1;  /* the run's size, from the plan */
     Py_ssize_t at = *pos;
     for (Py_ssize_t i = 0; fmt[i]; i++) {
         PyObject *v = fixed_value(fmt[i], in->p + at);
