@@ -374,6 +374,17 @@ class TopicConfig(BaseModel):
     def is_log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @functools.cached_property
+    def validation_rules(self) -> tuple[bool, int, int, bool, bool]:
+        """What the produce validator checks (storage.validator): LogAppendTime topic, the
+        CreateTime window (before, after), whether the window is checked at all,
+        compacted (keys required)."""
+        lat_topic = self.is_log_append_time
+        before = self.message_timestamp_before_max_ms
+        after = self.message_timestamp_after_max_ms
+        check_window = not lat_topic and not (before >= LONG_MAX and after >= LONG_MAX)
+        return lat_topic, before, after, check_window, self.compact
+
     def get(self, name: str) -> Any:
         """Effective value by topic property name (aliases accepted)."""
         name = canonical_topic_config_name(name)

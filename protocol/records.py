@@ -1108,21 +1108,21 @@ def check_produce_records(api_version: int, buf) -> None:
     """
     if api_version < 3:
         return
-    if buf is None or len(buf) < LOG_OVERHEAD + 5:
+    n = len(buf) if buf is not None else 0
+    if n < LOG_OVERHEAD + 5:
         raise InvalidRecordError(
             f"produce requests with version {api_version} must have at least one record batch per partition")
-    magic = magic_of(buf, 0)
-    if magic != 2:
+    if buf[MAGIC_OFFSET] != 2:
         raise InvalidRecordError(
             f"produce requests with version {api_version} are only allowed to contain record batches "
-            f"with magic version 2 (got magic {magic})")
-    if len(buf) >= HEADER_SIZE:
+            f"with magic version 2 (got magic {magic_of(buf, 0)})")
+    if api_version < 7 and n >= HEADER_SIZE:
         (attrs,) = _H.unpack_from(buf, ATTRIBUTES_OFFSET)
-        if api_version < 7 and attrs & COMPRESSION_MASK == 4:
+        if attrs & COMPRESSION_MASK == 4:
             raise UnsupportedCompressionTypeError(
                 f"produce requests with version {api_version} are not allowed to use zstd compression")
     (length,) = _I.unpack_from(buf, 8)
-    if length >= 0 and len(buf) - (length + LOG_OVERHEAD) >= LOG_OVERHEAD:
+    if length >= 0 and n - (length + LOG_OVERHEAD) >= LOG_OVERHEAD:
         raise InvalidRecordError(
             f"produce requests with version {api_version} are only allowed to contain exactly one "
             "record batch per partition")

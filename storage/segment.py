@@ -260,7 +260,7 @@ class LogSegment:
         n = len(buf)
         if n == 0:
             return
-        if not self.can_convert_to_relative_offset(validated.last_offset):
+        if not 0 <= validated.last_offset - self.base_offset <= _INT32_MAX:  # can_convert_to_relative_offset
             raise IndexOffsetOverflowError(
                 f"offset {validated.last_offset} overflows segment {self.base_offset} of {self.dir}")
         start = self._size
@@ -422,7 +422,9 @@ class LogSegment:
         return self._rolling_ts
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        ts = self._first_batch_timestamp()
+        ts = self._rolling_ts
+        if ts is _UNKNOWN:
+            ts = self._first_batch_timestamp()
         if ts is not None and ts >= 0:
             return message_timestamp - ts
         return now_ms - self.created_ms
@@ -430,12 +432,13 @@ class LogSegment:
     def should_roll(self, *, max_timestamp: int, size: int, max_offset: int, now_ms: int,
                     segment_bytes: int, segment_ms: int) -> bool:
         """SPEC 3: checked before appending ``size`` bytes ending at ``max_offset``."""
-        if self._size > segment_bytes - size:
+        current = self._size
+        if current > segment_bytes - size:
             return True
-        if self._size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > segment_ms - self.roll_jitter_ms:
+        if current > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > segment_ms - self.roll_jitter_ms:
             return True
         return (self.offset_index.is_full() or self.time_index.is_full()
-                or not self.can_convert_to_relative_offset(max_offset))
+                or not 0 <= max_offset - self.base_offset <= _INT32_MAX)  # can_convert_to_relative_offset
 
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry with the max timestamp, then trim the indexes."""

@@ -149,7 +149,7 @@ def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
     mv = memoryview(records)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
-    magic = R.magic_of(mv, 0)
+    magic = mv[R.MAGIC_OFFSET]  # n >= 17: there is one
     try:
         if magic == 2:
             if scan_v2 is not None:  # the common case in one compiled call (record_walk)
@@ -163,7 +163,7 @@ def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
             return _LegacyAnalysis(mv, config, now_ms, max_records_bytes)
     except R.RecordFormatError as e:
         raise _translate(e) from None
-    raise E.CorruptRecordError(f"invalid magic {magic} in the first batch")
+    raise E.CorruptRecordError(f"invalid magic {magic - 256 if magic > 127 else magic} in the first batch")
 
 
 class Analysis:
@@ -316,7 +316,11 @@ class _BatchWalk:
 
 def _rules(config) -> tuple[bool, int, int, bool, bool]:
     """The topic's validation rules: LogAppendTime topic, the CreateTime window (before,
-    after), whether it is checked at all, compacted (keys required)."""
+    after), whether it is checked at all, compacted (keys required). A TopicConfig
+    computes them once (``validation_rules``); other configs here."""
+    rules = getattr(config, "validation_rules", None)
+    if rules is not None:
+        return rules
     lat_topic = config.message_timestamp_type == "LogAppendTime"
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
