@@ -55,6 +55,7 @@ Kafka schedules it in the background).
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import re
@@ -107,6 +108,10 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False
 
 
+#: ``AppendInfo._make`` without its Python-level frame (one per append)
+_new_append_info = functools.partial(tuple.__new__, AppendInfo)
+
+
 class FetchDataInfo(NamedTuple):
     records: FileSlice | None
     high_watermark: int
@@ -140,7 +145,7 @@ class Log:
             partition = partition if partition is not None else parsed[1]
         self.topic = topic
         self.partition = partition
-        self.config = config
+        self._set_config(config)
         self.clock = clock
         self._rng = rng
         self._segments: list[LogSegment] = []
@@ -613,8 +618,16 @@ class Log:
 
     def update_config(self, config) -> None:
         """New topic config; new segments use its index settings."""
-        self.config = config
+        self._set_config(config)
         self._producer_state.expiration_ms = self._producer_id_expiration_ms()
+
+    def _set_config(self, config) -> None:
+        self.config = config
+        # what every append reads, read once (a config's attributes are not plain reads:
+        # a pydantic model goes through its __getattr__ hook on each)
+        flush_messages = getattr(config, "flush_messages", None)
+        self._append_limits = (config.segment_bytes, _max_segment_ms(config),
+                               flush_messages if flush_messages is not None else _NO_FLUSH)
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
@@ -654,7 +667,7 @@ class Log:
         if va.base_offset != self._leo:
             raise ValueError(f"append at base offset {va.base_offset} to {self.topic}-{self.partition} "
                              f"whose log end offset is {self._leo}")
-        segment_bytes = self.config.segment_bytes
+        segment_bytes = self._append_limits[0]
         if size > segment_bytes:
             raise RecordListTooLargeError(
                 f"append of {size} bytes to {self.topic}-{self.partition} is larger than "
@@ -671,18 +684,18 @@ class Log:
         if updates:
             psm.apply(updates)
         psm.map_end_offset = self._leo
-        return AppendInfo(va.base_offset, va.last_offset, va.log_append_time,
-                          self._log_start_offset, va.record_count, va.max_timestamp)
+        return _new_append_info((va.base_offset, va.last_offset, va.log_append_time,
+                                 self._log_start_offset, va.record_count, va.max_timestamp, False))
 
     def _write(self, va, now_ms: int) -> LogSegment:
         """Roll if needed, write ``va`` at the log end, move the LEO and high watermark,
         flush per ``flush.messages``. Returns the segment written to."""
         seg = self._segments[-1]
+        segment_bytes, segment_ms, flush_messages = self._append_limits
         try:
             if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=len(va.buffer),
                                                 max_offset=va.last_offset, now_ms=now_ms,
-                                                segment_bytes=self.config.segment_bytes,
-                                                segment_ms=_max_segment_ms(self.config)):
+                                                segment_bytes=segment_bytes, segment_ms=segment_ms):
                 seg = self.roll(va.base_offset)
             seg.append(va)
         except OSError as e:
@@ -692,8 +705,7 @@ class Log:
         self._hw = self._leo
         if va.log_append_time is not None and va.log_append_time >= 0:
             self._last_append_time_ms = max(self._last_append_time_ms, va.log_append_time)
-        flush_messages = getattr(self.config, "flush_messages", None)
-        if flush_messages is not None and self._leo - self.recovery_point >= flush_messages:
+        if self._leo - self.recovery_point >= flush_messages:
             self.flush()
         return seg
 
@@ -1095,6 +1107,10 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
                 f"end={self._leo}, segments={len(self._segments)})")
+
+
+#: flush.messages when the config has none: never by message count
+_NO_FLUSH = float("inf")
 
 
 def _max_segment_ms(config) -> int:

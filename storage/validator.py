@@ -46,6 +46,7 @@ their wrappers are decompressed whole, at most ``LEGACY_MAX_FACTOR`` x
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from protocol import compression as C
@@ -84,6 +85,10 @@ class ValidatedAppend(NamedTuple):
     log_append_time: int
     record_count: int
     batches: list
+
+
+#: ``ValidatedAppend._make`` without its Python-level frame (one per produced partition)
+_new_validated_append = functools.partial(tuple.__new__, ValidatedAppend)
 
 
 #: Kafka's LogValidator.validateKey message (the broker adds " in topic partition <tp>.")
@@ -495,7 +500,7 @@ class _V2Analysis(Analysis):
             infos, last, max_ts, off_of_max, count = assign_v2(
                 buf, spans, self.fixes, self.maxes, next_offset, partition_leader_epoch, lat_topic, append_time,
                 BatchInfo, R.crc32c)
-            return ValidatedAppend(buf, next_offset, last, max_ts, off_of_max, append_time, count, infos)
+            return _new_validated_append((buf, next_offset, last, max_ts, off_of_max, append_time, count, infos))
         offset = next_offset
         infos = []
         max_ts = R.NO_TIMESTAMP
