@@ -375,15 +375,15 @@ class TopicConfig(BaseModel):
         return self.message_timestamp_type == "LogAppendTime"
 
     @functools.cached_property
-    def validation_rules(self) -> tuple[bool, int, int, bool, bool]:
+    def validation_rules(self) -> tuple[bool, int, int, bool, bool, int, int]:
         """What the produce validator checks (storage.validator): LogAppendTime topic, the
         CreateTime window (before, after), whether the window is checked at all,
-        compacted (keys required)."""
+        compacted (keys required), max.message.bytes, segment.bytes."""
         lat_topic = self.is_log_append_time
         before = self.message_timestamp_before_max_ms
         after = self.message_timestamp_after_max_ms
         check_window = not lat_topic and not (before >= LONG_MAX and after >= LONG_MAX)
-        return lat_topic, before, after, check_window, self.compact
+        return lat_topic, before, after, check_window, self.compact, self.max_message_bytes, self.segment_bytes
 
     def get(self, name: str) -> Any:
         """Effective value by topic property name (aliases accepted)."""

@@ -575,9 +575,59 @@ static inline void put32(uint8_t *p, uint32_t v) {
     p[3] = (uint8_t)v;
 }
 
-/* the CRC-32C of the batch at b of ``size`` bytes (attributes to its end), through the
- * crc32c package's function (hardware CRC); -1 with an exception set on failure */
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), slicing by 8, for small
+ * regions: a one-record batch is ~70-200 bytes, and calling the crc32c package through
+ * a memoryview costs ~1,900 instructions, ten times the sum itself. Regions of
+ * SMALL_CRC_MAX bytes or more go to the package (hardware CRC, ~13 GB/s). The tests
+ * check both against each other (protocol._recwalk.crc32c_small). */
+#define SMALL_CRC_MAX 2048
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc32c_sw(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]]
+            ^ crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* crc32c_small(data) -> int: the table CRC above (for the tests) */
+static PyObject *crc32c_small(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t c = crc32c_sw((const uint8_t *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* the CRC-32C of the batch at b of ``size`` bytes (attributes to its end): the table for
+ * a small batch, else the crc32c package's function (hardware CRC); -1 with an
+ * exception set on failure */
 static int batch_crc(PyObject *crc_fn, const uint8_t *b, Py_ssize_t size, uint32_t *out) {
+    if (size - 21 < SMALL_CRC_MAX) {
+        *out = crc32c_sw(b + 21, (size_t)(size - 21));
+        return 0;
+    }
     PyObject *region = PyMemoryView_FromMemory((char *)(b + 21), size - 21, PyBUF_READ);
     if (!region)
         return -1;
@@ -602,16 +652,40 @@ static int rewrite_crc(PyObject *crc_fn, uint8_t *b, Py_ssize_t size) {
     return 0;
 }
 
-static PyObject *new_struct(PyObject *type, PyObject *fields) {
-    if (!fields)
-        return NULL;
-    PyObject *targs = PyTuple_Pack(1, fields);
-    Py_DECREF(fields);
-    if (!targs)
-        return NULL;
-    PyObject *obj = PyTuple_Type.tp_new((PyTypeObject *)type, targs, NULL);
-    Py_DECREF(targs);
+/* An instance of the tuple subclass ``type`` (a NamedTuple) holding the n ``items``,
+ * whose references it steals (all of them, also on failure); NULL with an exception set
+ * when an item is NULL or the allocation fails. Made in place, without building a plain
+ * tuple to copy from (Py_BuildValue and tuple.__new__ cost ~1,000 instructions each). */
+static PyObject *struct_of(PyObject *type, Py_ssize_t n, PyObject **items) {
+    PyObject *obj = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!items[i])
+            goto fail;
+    obj = type == (PyObject *)&PyTuple_Type ? PyTuple_New(n) : ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
+    if (!obj)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(obj, i, items[i]);
     return obj;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(items[i]);
+    return NULL;
+}
+
+/* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
+static int arg_ll(PyObject *o, long long *out) {
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int arg_bool(PyObject *o, int *out) {
+    *out = PyObject_IsTrue(o);
+    return *out < 0 ? -1 : 0;
+}
+
+static int is_tuple_type(PyObject *t) {
+    return PyType_Check(t) && PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type);
 }
 
 /* One uncompressed batch's records walked in one go; 1 = every record well formed and
@@ -645,19 +719,25 @@ static int scan_records(Walker *w, const uint8_t *p, const uint8_t *end) {
  * or None when anything is out of that case (an error to report, a compressed batch, a
  * batch to rebuild): the caller then runs the reference path, which names the problem.
  * Batches are read as they are; nothing is written. */
-static PyObject *scan_v2(PyObject *self, PyObject *args) {
+static PyObject *scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     long long max_message_bytes, now, before, after;
     int lat_topic, check_window, compact;
-    PyObject *header_type, *crc_fn;
-    if (!PyArg_ParseTuple(args, "y*LpLLLppOO", &view, &max_message_bytes, &lat_topic, &now, &before, &after,
-                          &check_window, &compact, &header_type, &crc_fn))
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "scan_v2 takes 10 arguments (%zd given)", nargs);
         return NULL;
-    if (!PyType_Check(header_type) || !PyType_IsSubtype((PyTypeObject *)header_type, &PyTuple_Type)) {
-        PyBuffer_Release(&view);
+    }
+    PyObject *header_type = args[8], *crc_fn = args[9];
+    if (arg_ll(args[1], &max_message_bytes) < 0 || arg_bool(args[2], &lat_topic) < 0 || arg_ll(args[3], &now) < 0
+        || arg_ll(args[4], &before) < 0 || arg_ll(args[5], &after) < 0 || arg_bool(args[6], &check_window) < 0
+        || arg_bool(args[7], &compact) < 0)
+        return NULL;
+    if (!is_tuple_type(header_type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
         return NULL;
     }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
     const uint8_t *buf = (const uint8_t *)view.buf;
     Py_ssize_t end = view.len, pos = 0;
     PyObject *spans = PyList_New(0), *fixes = PyList_New(0), *maxes = PyList_New(0);
@@ -718,14 +798,16 @@ static PyObject *scan_v2(PyObject *self, PyObject *args) {
         if (!ok)
             goto fallback;
         int64_t true_max = lat_topic ? -1 : w.max_ts;
-        PyObject *h = new_struct(header_type, Py_BuildValue("(LiiBIhiLLLhii)", (long long)base_offset, (int)length,
-                                                            (int)ple, (unsigned char)magic, (unsigned int)crc,
-                                                            (short)attrs, (int)lod, (long long)base_ts,
-                                                            (long long)max_ts, (long long)pid, (short)pepoch,
-                                                            (int)base_seq, (int)count));
+        PyObject *fields[13] = {
+            PyLong_FromLongLong(base_offset), PyLong_FromLong(length), PyLong_FromLong(ple),
+            PyLong_FromLong((unsigned char)magic), PyLong_FromUnsignedLong(crc), PyLong_FromLong(attrs),
+            PyLong_FromLong(lod), PyLong_FromLongLong(base_ts), PyLong_FromLongLong(max_ts),
+            PyLong_FromLongLong(pid), PyLong_FromLong(pepoch), PyLong_FromLong(base_seq), PyLong_FromLong(count)};
+        PyObject *h = struct_of(header_type, 13, fields);
         if (!h)
             goto done;
-        PyObject *span = Py_BuildValue("(nN)", pos, h);
+        PyObject *span_items[2] = {PyLong_FromSsize_t(pos), h};
+        PyObject *span = struct_of((PyObject *)&PyTuple_Type, 2, span_items);
         if (!span || PyList_Append(spans, span) < 0) {
             Py_XDECREF(span);
             goto done;
@@ -755,7 +837,8 @@ done:
 }
 
 /* assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic,
- *           append_time, info_type, crc32c) -> (infos, last_offset, max_timestamp, offset_of_max, count)
+ *           append_time, info_type, crc32c, result_type)
+ *   -> result_type(buf, next_offset, last_offset, max_timestamp, offset_of_max, append_time, count, infos)
  *
  * The validator's step 5 (Analysis.assign, storage/validator.py) over the batches in
  * ``buf`` (writable, patched in place): base offsets from ``next_offset``, the leader
@@ -763,14 +846,27 @@ done:
  * ``append_time``, elsewhere a corrected maxTimestamp (``fixes``), with the CRC
  * recomputed where the header changed; ``infos`` are ``info_type(position, size,
  * base_offset, last_offset, max_timestamp, last_offset)`` per batch. */
-static PyObject *assign_v2(PyObject *self, PyObject *args) {
+static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
-    PyObject *spans, *fixes, *maxes, *epoch_obj, *info_type, *crc_fn;
     long long next_offset, append_time;
     int lat_topic;
-    if (!PyArg_ParseTuple(args, "w*O!O!O!LOpLOO", &view, &PyList_Type, &spans, &PyList_Type, &fixes,
-                          &PyList_Type, &maxes, &next_offset, &epoch_obj, &lat_topic, &append_time,
-                          &info_type, &crc_fn))
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "assign_v2 takes 11 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *spans = args[1], *fixes = args[2], *maxes = args[3], *epoch_obj = args[5], *info_type = args[8],
+             *crc_fn = args[9], *result_type = args[10];
+    if (!is_tuple_type(result_type)) {
+        PyErr_SetString(PyExc_TypeError, "assign_v2: result_type must be a tuple subclass");
+        return NULL;
+    }
+    if (!PyList_Check(spans) || !PyList_Check(fixes) || !PyList_Check(maxes)) {
+        PyErr_SetString(PyExc_TypeError, "assign_v2: spans, fixes and maxes must be lists");
+        return NULL;
+    }
+    if (arg_ll(args[4], &next_offset) < 0 || arg_bool(args[6], &lat_topic) < 0 || arg_ll(args[7], &append_time) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
         return NULL;
     PyObject *infos = NULL, *result = NULL;
     Py_ssize_t n = PyList_GET_SIZE(spans);
@@ -840,16 +936,19 @@ static PyObject *assign_v2(PyObject *self, PyObject *args) {
             max_ts = bmax;
             off_of_max = last;
         }
-        PyObject *info = new_struct(info_type, Py_BuildValue("(nnLLLL)", pos, size, (long long)offset,
-                                                            (long long)last, (long long)bmax, (long long)last));
+        PyObject *info_items[6] = {PyLong_FromSsize_t(pos), PyLong_FromSsize_t(size), PyLong_FromLongLong(offset),
+                                   PyLong_FromLongLong(last), PyLong_FromLongLong(bmax), PyLong_FromLongLong(last)};
+        PyObject *info = struct_of(info_type, 6, info_items);
         if (!info)
             goto done;
         PyList_SET_ITEM(infos, i, info);
         count += records;
         offset = last + 1;
     }
-    result = Py_BuildValue("(OLLLL)", infos, (long long)(offset - 1), (long long)max_ts, (long long)off_of_max,
-                           (long long)count);
+    PyObject *out[8] = {Py_NewRef(args[0]), PyLong_FromLongLong(next_offset), PyLong_FromLongLong(offset - 1),
+                        PyLong_FromLongLong(max_ts), PyLong_FromLongLong(off_of_max),
+                        PyLong_FromLongLong(append_time), PyLong_FromLongLong(count), Py_NewRef(infos)};
+    result = struct_of(result_type, 8, out);
 done:
     PyBuffer_Release(&view);
     Py_XDECREF(infos);
@@ -857,12 +956,15 @@ done:
 }
 
 static PyMethodDef module_methods[] = {
-    {"scan_v2", scan_v2, METH_VARARGS,
+    {"scan_v2", (PyCFunction)(void (*)(void))scan_v2, METH_FASTCALL,
      "scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
      "header_type, crc32c) -> (spans, fixes, maxes) or None (see storage/validator.py)."},
-    {"assign_v2", assign_v2, METH_VARARGS,
+    {"assign_v2", (PyCFunction)(void (*)(void))assign_v2, METH_FASTCALL,
      "assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic, "
-     "append_time, info_type, crc32c) -> (infos, last_offset, max_timestamp, offset_of_max, count)."},
+     "append_time, info_type, crc32c, result_type) -> result_type(buf, next_offset, last_offset, max_timestamp, "
+     "offset_of_max, append_time, count, infos)."},
+    {"crc32c_small", crc32c_small, METH_O,
+     "crc32c_small(data) -> int: the table CRC-32C scan_v2 and assign_v2 use below 2 KiB (for the tests)."},
     {NULL}
 };
 
@@ -871,6 +973,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__recwalk(void) {
+    crc_init();
     if (PyType_Ready(&WalkerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

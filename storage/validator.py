@@ -46,7 +46,6 @@ their wrappers are decompressed whole, at most ``LEGACY_MAX_FACTOR`` x
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 from protocol import compression as C
@@ -86,9 +85,6 @@ class ValidatedAppend(NamedTuple):
     record_count: int
     batches: list
 
-
-#: ``ValidatedAppend._make`` without its Python-level frame (one per produced partition)
-_new_validated_append = functools.partial(tuple.__new__, ValidatedAppend)
 
 
 #: Kafka's LogValidator.validateKey message (the broker adds " in topic partition <tp>.")
@@ -174,6 +170,7 @@ def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
 class Analysis:
     """The outcome of :func:`analyze_records` (see the module docstring)."""
 
+    __slots__ = ()  # the v2 analysis, made for every produced partition, has slots only
     pending = False
     #: decompressed bytes walked so far (compressed batches)
     decompressed_bytes = 0
@@ -319,10 +316,11 @@ class _BatchWalk:
         return walked
 
 
-def _rules(config) -> tuple[bool, int, int, bool, bool]:
+def _rules(config) -> tuple[bool, int, int, bool, bool, int, int | None]:
     """The topic's validation rules: LogAppendTime topic, the CreateTime window (before,
-    after), whether it is checked at all, compacted (keys required). A TopicConfig
-    computes them once (``validation_rules``); other configs here."""
+    after), whether it is checked at all, compacted (keys required), max.message.bytes,
+    segment.bytes (None: no limit). A TopicConfig computes them once
+    (``validation_rules``); other configs here."""
     rules = getattr(config, "validation_rules", None)
     if rules is not None:
         return rules
@@ -330,26 +328,37 @@ def _rules(config) -> tuple[bool, int, int, bool, bool]:
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
     check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
-    return lat_topic, before, after, check_window, bool(getattr(config, "compact", False))
+    seg = getattr(config, "segment_bytes", None)
+    return (lat_topic, before, after, check_window, bool(getattr(config, "compact", False)),
+            config.max_message_bytes, seg if isinstance(seg, int) else None)
+
+
+#: an analysis's rebuilt batches before _conclude finds any (never written to)
+_NO_REBUILDS: dict = {}
 
 
 class _V2Analysis(Analysis):
-    #: batch index -> rebuilt bytes (offset deltas 0..n-1); set by _conclude
-    rebuilt: dict = {}
+    __slots__ = ("mv", "config", "segment_bytes", "now", "in_place", "lat_topic", "decompressed_bytes",
+                 "_concluded", "pending", "spans", "walks", "fixes", "maxes",
+                 "rebuilt")  # batch index -> rebuilt bytes (offset deltas 0..n-1); set by _conclude
 
-    def _start(self, mv, config, now: int, in_place: bool, lat_topic: bool, concluded: bool) -> None:
+    def _start(self, mv, config, now: int, in_place: bool, lat_topic: bool, concluded: bool,
+               segment_bytes: int | None) -> None:
         self.mv = mv
         self.config = config
+        self.segment_bytes = segment_bytes
         self.now = now
         self.in_place = in_place
         self.lat_topic = lat_topic
         self.decompressed_bytes = 0
         self._concluded = concluded
+        self.pending = not concluded  # an attribute, not a property: read on every append
+        self.rebuilt = _NO_REBUILDS
 
     def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
-        batches = _shallow_v2(mv, config.max_message_bytes)
-        lat_topic, before, after, check_window, compact = _rules(config)
-        self._start(mv, config, now, in_place, lat_topic, False)
+        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = _rules(config)
+        batches = _shallow_v2(mv, max_message_bytes)
+        self._start(mv, config, now, in_place, lat_topic, False, segment_bytes)
         self.spans = batches  # (position, header) of each batch, as they are
         self.walks = walks = []
         for pos, h in batches:
@@ -368,20 +377,16 @@ class _V2Analysis(Analysis):
         """The analysis of batches ``scan_v2`` takes in one call (all uncompressed, none
         with the LogAppendTime attribute, nothing to report or rebuild): the spans, fixes
         and maxes ``__init__`` and ``_conclude`` would compute. None for anything else."""
-        lat_topic, before, after, check_window, compact = _rules(config)
-        out = scan_v2(mv, config.max_message_bytes, lat_topic, now, before, after, check_window, compact,
+        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = _rules(config)
+        out = scan_v2(mv, max_message_bytes, lat_topic, now, before, after, check_window, compact,
                       R.BatchHeader, R.crc32c)
         if out is None:
             return None
         self = cls.__new__(cls)
-        self._start(mv, config, now, in_place, lat_topic, True)
+        self._start(mv, config, now, in_place, lat_topic, True, segment_bytes)
         self.spans, self.fixes, self.maxes = out
         self.walks = None
         return self
-
-    @property
-    def pending(self) -> bool:
-        return not self._concluded
 
     def run(self, budget: int | None) -> None:
         for walk in self.walks:
@@ -441,6 +446,7 @@ class _V2Analysis(Analysis):
             maxes.append(true_max)
             fixes.append(None if lat_topic or (true_max == h.max_timestamp and not lat_bit) else true_max)
         self._concluded = True
+        self.pending = False
 
     def _rebuild(self, walk: _BatchWalk) -> bytes:
         """A batch whose offset deltas are not 0..count-1, rebuilt with consecutive ones
@@ -488,8 +494,8 @@ class _V2Analysis(Analysis):
             buf = None
         last_pos, last_h = spans[-1]
         total = last_pos + last_h.batch_length + R.LOG_OVERHEAD
-        seg = getattr(self.config, "segment_bytes", None)
-        if isinstance(seg, int) and total > seg:
+        seg = self.segment_bytes
+        if seg is not None and total > seg:
             raise E.RecordListTooLargeError(
                 f"append of {total} bytes exceeds the segment size segment.bytes {seg}")
         if buf is None:
@@ -497,10 +503,8 @@ class _V2Analysis(Analysis):
         lat_topic = self.lat_topic
         append_time = max(self.now, last_append_time_ms) if lat_topic else -1
         if assign_v2 is not None:  # the loop below, compiled (record_walk)
-            infos, last, max_ts, off_of_max, count = assign_v2(
-                buf, spans, self.fixes, self.maxes, next_offset, partition_leader_epoch, lat_topic, append_time,
-                BatchInfo, R.crc32c)
-            return _new_validated_append((buf, next_offset, last, max_ts, off_of_max, append_time, count, infos))
+            return assign_v2(buf, spans, self.fixes, self.maxes, next_offset, partition_leader_epoch, lat_topic,
+                             append_time, BatchInfo, R.crc32c, ValidatedAppend)
         offset = next_offset
         infos = []
         max_ts = R.NO_TIMESTAMP

@@ -69,6 +69,10 @@ def patched(buf, at, fmt, value, crc=True):
 
 
 GOOD = batch([NOW - 5, NOW - 1, NOW - 3])
+# over the 2 KiB below which the compiled paths sum the CRC with their own table (above
+# it: the crc32c package)
+BIG = R.build_batch([(NOW - i, b"k%d" % i, bytes(range(256)) * 4) for i in range(3)])
+assert len(BIG) > 3000
 
 # (name, bytes, config, whether scan_v2 takes it in one call)
 CASES = [
@@ -107,6 +111,12 @@ CASES = [
     ("batch length under the minimum", patched(GOOD, 8, ">i", 10, crc=False), cfg(), False),
     ("second batch bad", GOOD + patched(batch([NOW]), 17, ">I", 1, crc=False), cfg(), False),
     ("longer than the segment", GOOD, cfg(segment_bytes=len(GOOD) - 1), True),
+    ("large batch", BIG, cfg(), True),
+    ("large batch, wrong maxTimestamp corrected", patched(BIG, 35, ">q", NOW - 100), cfg(), True),
+    ("large batch on a LogAppendTime topic", BIG, cfg("LogAppendTime"), True),
+    ("large batch, bad crc", patched(BIG, 17, ">I", 12345, crc=False), cfg(), False),
+    ("large batch, one flipped value byte", BIG[:2000] + bytes([BIG[2000] ^ 1]) + BIG[2001:], cfg(), False),
+    ("small batch, one flipped value byte", GOOD[:-2] + bytes([GOOD[-2] ^ 0x40]) + GOOD[-1:], cfg(), False),
 ]
 
 
@@ -150,3 +160,20 @@ def test_generated_and_mutated_batches(monkeypatch, batches, ts_type, window, co
             buf[at] = value
     config = cfg(ts_type, before=window, after=window, compact=compact)
     assert outcome(bytes(buf), config) == reference(monkeypatch, bytes(buf), config)
+
+
+@given(st.binary(max_size=3000))
+@settings(max_examples=300, deadline=None)
+def test_small_crc_table_is_crc32c(data):
+    import crc32c
+
+    from protocol import _recwalk
+
+    assert _recwalk.crc32c_small(data) == crc32c.crc32c(data)
+
+
+def test_small_crc_table_known_value():
+    from protocol import _recwalk
+
+    assert _recwalk.crc32c_small(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert _recwalk.crc32c_small(b"") == 0
