@@ -385,16 +385,20 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     if type(body) is not cls:
         _check_body(name, body)
     chunks: list = []
-    out = bytearray(_S_ii.pack(0, correlation_id))  # size prefix (patched below), correlation id
-    if flexible_header:
-        out.append(0)  # no tagged fields in the response header
+    # size prefix (patched below), correlation id, and for a flexible header its empty
+    # tagged fields (the zero byte bytearray() starts with)
+    out = bytearray(8 + flexible_header)
+    _S_ii.pack_into(out, 0, 0, correlation_id)
     try:
         out = encoder(body, out, chunks)
     except Exception:  # noqa: BLE001 - again through _encode, for the message naming the field
         del out[8 + flexible_header:]
         chunks.clear()
         out = _encode(name, api_version, body, out, chunks)
-    if not chunks or len(out):
+    if not chunks:  # the whole answer in ``out``
+        _S_i.pack_into(out, 0, len(out) - 4)
+        return [out]
+    if len(out):
         chunks.append(out)
     total = 0
     for c in chunks:

@@ -661,11 +661,13 @@ class Log:
         self._ensure_open()
         if now_ms is None:
             now_ms = self.clock.time_ms()
-        size = len(va.buffer)
-        if size == 0 or va.record_count == 0:
-            return AppendInfo(-1, -1, va.log_append_time, self._log_start_offset, 0, va.max_timestamp)
-        if va.base_offset != self._leo:
-            raise ValueError(f"append at base offset {va.base_offset} to {self.topic}-{self.partition} "
+        # the fields read once (a NamedTuple's attribute is a descriptor call each time)
+        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, record_count, _batches = va
+        size = len(buf)
+        if size == 0 or record_count == 0:
+            return AppendInfo(-1, -1, log_append_time, self._log_start_offset, 0, max_timestamp)
+        if base_offset != self._leo:
+            raise ValueError(f"append at base offset {base_offset} to {self.topic}-{self.partition} "
                              f"whose log end offset is {self._leo}")
         segment_bytes = self._append_limits[0]
         if size > segment_bytes:
@@ -684,27 +686,28 @@ class Log:
         if updates:
             psm.apply(updates)
         psm.map_end_offset = self._leo
-        return _new_append_info((va.base_offset, va.last_offset, va.log_append_time,
-                                 self._log_start_offset, va.record_count, va.max_timestamp, False))
+        return _new_append_info((base_offset, last_offset, log_append_time,
+                                 self._log_start_offset, record_count, max_timestamp, False))
 
     def _write(self, va, now_ms: int) -> LogSegment:
         """Roll if needed, write ``va`` at the log end, move the LEO and high watermark,
         flush per ``flush.messages``. Returns the segment written to."""
         seg = self._segments[-1]
         segment_bytes, segment_ms, flush_messages = self._append_limits
+        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, _count, _batches = va
         try:
-            if seg.size > 0 and seg.should_roll(max_timestamp=va.max_timestamp, size=len(va.buffer),
-                                                max_offset=va.last_offset, now_ms=now_ms,
+            if seg.size > 0 and seg.should_roll(max_timestamp=max_timestamp, size=len(buf),
+                                                max_offset=last_offset, now_ms=now_ms,
                                                 segment_bytes=segment_bytes, segment_ms=segment_ms):
-                seg = self.roll(va.base_offset)
+                seg = self.roll(base_offset)
             seg.append(va)
         except OSError as e:
             raise KafkaStorageError(
                 f"I/O error appending to {self.topic}-{self.partition} in {self.dir}: {e}") from e
-        self._leo = va.last_offset + 1
+        self._leo = last_offset + 1
         self._hw = self._leo
-        if va.log_append_time is not None and va.log_append_time >= 0:
-            self._last_append_time_ms = max(self._last_append_time_ms, va.log_append_time)
+        if log_append_time is not None and log_append_time >= 0:
+            self._last_append_time_ms = max(self._last_append_time_ms, log_append_time)
         if self._leo - self.recovery_point >= flush_messages:
             self.flush()
         return seg
