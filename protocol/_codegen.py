@@ -268,6 +268,14 @@ def _class_source(spec: MessageSpec, consts: _Consts) -> str:
         body.append("        self._unknown_tags = _unknown_tags")
         lines.append(f"    def __init__(self, *, {', '.join(params)}):")
         lines.extend(body)
+        # the same object without calling the class: a call with keywords to a class
+        # packs them into a dict for __init__ (~950 ns for seven), a function takes them
+        # as they are (~420 ns); for the handlers' hottest answers (Produce)
+        lines.append("    @staticmethod")
+        lines.append(f"    def _new(*, {', '.join(params)}):")
+        lines.append(f"        self = _new({st.name})")
+        lines.extend(body)
+        lines.append("        return self")
         lines.append("")
     return "\n".join(lines) + "\n"
 

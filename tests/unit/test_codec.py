@@ -160,6 +160,43 @@ def test_classes_and_defaults():
     assert "ProduceRequest" in dir(messages)
 
 
+def _struct_classes():
+    from protocol._codegen import get_class
+
+    for name in sorted(all_messages()):
+        top = get_class(name)
+        yield top
+        for sname in top.SCHEMA.structs:
+            yield getattr(top, sname)
+
+
+def test_new_makes_what_the_class_makes():
+    """Every generated class's ``_new`` (a function, for hot paths) builds the object its
+    constructor builds: the same defaults, fresh mutable ones, the given values, and the
+    constructor's TypeError for a name that is not a field."""
+    checked = 0
+    for cls in _struct_classes():
+        assert cls._new() == cls(), cls
+        fields = cls._fields
+        if fields:
+            values = {f: getattr(cls(), f) for f in fields}
+            first = fields[0]
+            values[first] = [] if isinstance(values[first], list) else values[first]
+            made = cls._new(**values)
+            assert type(made) is cls and made == cls(**values)
+            assert all(getattr(made, f) is values[f] for f in fields)
+        for f in fields:
+            if isinstance(getattr(cls(), f), list):
+                assert getattr(cls._new(), f) is not getattr(cls._new(), f)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'"):
+            cls._new(not_a_field=1)
+        checked += 1
+    assert checked > 500
+    p = ProduceResponse.PartitionProduceResponse._new(index=4, base_offset=9)
+    assert p == ProduceResponse.PartitionProduceResponse(index=4, base_offset=9)
+    assert p.current_leader == ProduceResponse.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+
+
 # ---------------------------------------------------------------------------------------
 # requests
 
