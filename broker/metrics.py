@@ -248,7 +248,7 @@ def _compile_walk(spec) -> Callable:
             if f.struct is None or not _holds_error_code(f.struct):
                 continue
             item = f"x{depth}"
-            lines.append(f"{indent}{item} = getattr({var}, {f.py_name!r}, None)")
+            lines.append(f"{indent}{item} = {var}.{f.py_name}")  # a slot every instance has
             if f.is_array:
                 lines.append(f"{indent}for {item} in {item} or ():")
             else:

@@ -182,7 +182,12 @@ def _respond(ctx, request, acks, results):
         at += len(parts)
         responses.append(_new_topic_response(name=t.name, partition_responses=parts))
         if metrics is not None:
-            metrics.produce_topic(t.name, any(r.error_code for r in parts))
+            failed = False
+            for r in parts:
+                if r.error_code:
+                    failed = True
+                    break
+            metrics.produce_topic(t.name, failed)
     if acks == 0:
         return None
     return _new_produce_response(responses=responses, throttle_time_ms=0)
@@ -273,7 +278,7 @@ def _append_analyzed(ctx, plog, analysis, topic, partition, records):
     else:
         metrics = ctx.metrics
         if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
-            metrics.appended(topic, records, info, not plog.config.is_log_append_time, ctx.clock.time_ms())
+            metrics.appended(topic, records, info, not analysis.lat_topic, ctx.clock.time_ms())
         ctx.notify_append(topic, partition)
     return _new_partition_response(
         index=partition,
