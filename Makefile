@@ -80,6 +80,14 @@ bench-shapes: $(STAMP)
 bench-codec: $(STAMP)
 	$(PY) bench/codec.py $(ARGS)
 
+# Instructions per produce request under callgrind: steady where CPU time is noisy (bench/instructions.py)
+.PHONY: bench-instructions
+bench-instructions: $(STAMP)
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq valgrind >/dev/null; }
+	$(PY) bench/instructions.py $(ARGS)
+
 # More than one core: 1 vs 2 broker processes on disjoint topics (docs/DESIGN.md)
 .PHONY: bench-multicore
 bench-multicore: $(STAMP)

@@ -1,0 +1,176 @@
+"""Instructions the broker executes per produce request, counted by callgrind.
+
+CPU time per record swings by tens of percent from run to run on a shared VM (page
+cache, the other core, frequency), which hides changes of a few percent; an
+instruction count does not move at all between runs of the same code. This counts,
+under ``valgrind --tool=callgrind``, the instructions of produce requests dispatched
+in-process (the dispatcher, the codec, the produce handler, validation, the append and
+its ``pwrite`` call, the answer; no sockets), and only those: counting starts after
+start-up and a warm-up and stops after the last request (callgrind client requests
+from a small shim compiled here with ``cc``).
+
+    .venv/bin/python bench/instructions.py [--requests 2000] [--root DIR] [--json-out F]
+    make bench-instructions
+
+Shapes: ``one-record`` (one v2 batch of one 100 B record per request, metrics off and
+on) and ``100-partitions`` (one record in each of 100 partitions per request; reported
+per partition). ``--root`` measures another checkout with this virtualenv (for
+example a ``git worktree`` of an older commit, its C extensions built), so two commits
+compare on one machine. The counts are instructions, not time: the kernel's share of
+the ``pwrite`` is not in them, and an instruction that misses the cache costs more
+than one that does not.
+
+Needs valgrind (Debian's package, which also has the header the shim includes) and a
+C compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+_SHIM = r"""
+#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
+"""
+
+SHAPES = {  # name: (partitions per request, metrics on, share of --requests counted)
+    "one-record": (1, False, 1),
+    "one-record-metrics": (1, True, 1),
+    "100-partitions": (100, False, 0.1),  # a tenth as many requests: ten times the partitions
+}
+
+
+def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int) -> None:
+    """Runs under valgrind: a broker context in this process, ``requests`` produce
+    requests dispatched between the shim's start and stop."""
+    import ctypes
+
+    sys.path.insert(0, root)
+    sys.path.insert(0, str(Path(root) / "bench"))
+    from metrics_overhead import _Conn  # noqa: E402
+
+    from broker.context import BrokerContext
+    from broker.dispatcher import Dispatcher
+    from broker.metrics import BrokerMetrics
+    from config.broker_config import load_broker_config
+    from protocol import codec
+    from protocol.messages import ProduceRequest, RequestHeader
+    from protocol.records import build_batch
+    from storage.clock import SystemClock
+    from storage.log_manager import LogManager
+
+    cg = ctypes.CDLL(shim)
+    tmp = tempfile.mkdtemp(prefix="bench-instructions-")
+    try:
+        cfg = load_broker_config(overrides=[f"log.dirs={tmp}", "metrics.port=0"], env={}, warn=False)
+        clock = SystemClock()
+        lm = LogManager(cfg, clock)
+        lm.startup()
+        lm.create_topic("bench", partitions, {"message.timestamp.type": "CreateTime"})
+        metrics = BrokerMetrics() if metrics_on else None
+        ctx = BrokerContext(config=cfg, log_manager=lm, clock=clock, node_id=0, host="127.0.0.1", port=9092,
+                            cluster_id="bench", metrics=metrics)
+        if metrics is not None:
+            metrics.attach_state(lm, lambda: None, clock)
+        dispatcher = Dispatcher(ctx)
+        ts = clock.time_ms() - 1000
+        value = bytes(range(100))
+        req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+            ProduceRequest.TopicProduceData(name="bench", partition_data=[
+                ProduceRequest.PartitionProduceData(index=p, records=build_batch([(ts, None, value)]))
+                for p in range(partitions)])])
+        header = RequestHeader(api_key=0, api_version=9, correlation_id=1, client_id="bench")
+        frame = codec.encode_request(header, req)[4:]
+        conn = _Conn()
+        frames = [memoryview(bytearray(frame)) for _ in range(requests + 50)]  # patched in place: one each
+        for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
+            assert dispatcher.dispatch(conn, view)
+        work = frames[50:]
+        cg.cg_start()
+        for view in work:
+            dispatcher.dispatch(conn, view)
+        cg.cg_stop()
+        lm.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int:
+    partitions, metrics_on, _share = SHAPES[shape]
+    out = os.path.join(workdir, "cg.out")
+    for f in Path(workdir).glob("cg.out*"):
+        f.unlink()
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+           sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
+           str(requests)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    dumps = sorted(p for p in Path(workdir).glob("cg.out.*"))
+    if proc.returncode != 0 or not dumps:
+        raise SystemExit(f"callgrind run of {shape!r} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    totals = [line for line in dumps[0].read_text().splitlines() if line.startswith("totals:")]
+    if not totals:
+        raise SystemExit(f"no totals in {dumps[0]}")
+    return int(totals[-1].split()[1])
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        root, shim, partitions, metrics_on, requests = sys.argv[2:7]
+        _child(root, shim, int(partitions), metrics_on == "1", int(requests))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=2000,
+                    help="counted requests of one record (2000; a tenth as many of 100 partitions)")
+    ap.add_argument("--root", default=str(REPO), help="the checkout to measure (default: this one)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma list of " + ", ".join(SHAPES))
+    ap.add_argument("--json-out", help="also write the counts as JSON")
+    args = ap.parse_args()
+    for tool in ("valgrind", "cc"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (Debian: apt-get install valgrind gcc)")
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {unknown}: choose from {list(SHAPES)}")
+    root = str(Path(args.root).resolve())
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "?"
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as workdir:
+        shim = os.path.join(workdir, "cgshim.so")
+        src = os.path.join(workdir, "cgshim.c")
+        Path(src).write_text(_SHIM)
+        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", shim, src], check=True)
+        for shape in shapes:
+            t = time.perf_counter()
+            partitions, _metrics, share = SHAPES[shape]
+            requests = max(1, int(args.requests * share))
+            total = _count(root, shim, shape, requests, workdir)
+            results[shape] = {"requests": requests, "instructions": total, "per_request": total / requests,
+                              "per_partition": total / requests / partitions}
+            print(f"[bench] {shape}: {total:,} instructions in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    print(f"Instructions per produce request, callgrind, checkout {root} at {commit}, "
+          f"CPython {sys.version.split()[0]}")
+    print("| shape | instructions per request | per partition |")
+    print("|---|---:|---:|")
+    for shape, r in results.items():
+        print(f"| {shape} | {r['per_request']:,.0f} | {r['per_partition']:,.0f} |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"root": root, "commit": commit, "requests": args.requests,
+                                                   "python": sys.version, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
