@@ -58,26 +58,19 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
 
     sys.path.insert(0, root)
     sys.path.insert(0, str(Path(root) / "bench"))
-    from metrics_overhead import _Conn  # noqa: E402
+    from metrics_overhead import _Conn, in_process_log_manager  # noqa: E402
 
     from broker.context import BrokerContext
     from broker.dispatcher import Dispatcher
     from broker.metrics import BrokerMetrics
-    from config.broker_config import load_broker_config
     from protocol import codec
     from protocol.messages import ProduceRequest, RequestHeader
     from protocol.records import build_batch
-    from storage.clock import SystemClock
-    from storage.log_manager import LogManager
 
     cg = ctypes.CDLL(shim)
     tmp = tempfile.mkdtemp(prefix="bench-instructions-")
     try:
-        cfg = load_broker_config(overrides=[f"log.dirs={tmp}", "metrics.port=0"], env={}, warn=False)
-        clock = SystemClock()
-        lm = LogManager(cfg, clock)
-        lm.startup()
-        lm.create_topic("bench", partitions, {"message.timestamp.type": "CreateTime"})
+        cfg, clock, lm = in_process_log_manager(tmp, partitions)
         metrics = BrokerMetrics() if metrics_on else None
         ctx = BrokerContext(config=cfg, log_manager=lm, clock=clock, node_id=0, host="127.0.0.1", port=9092,
                             cluster_id="bench", metrics=metrics)

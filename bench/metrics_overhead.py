@@ -40,6 +40,22 @@ class _Conn:
         raise SystemExit("a request failed")
 
 
+def in_process_log_manager(log_dir: str, partitions: int = 1):
+    """``(config, clock, log_manager)`` of a broker whose one log dir is ``log_dir``
+    (metrics.port=0), with the CreateTime topic "bench" of ``partitions`` partitions: the
+    storage side of the in-process benchmarks (this one and bench/instructions.py)."""
+    from config.broker_config import load_broker_config
+    from storage.clock import SystemClock
+    from storage.log_manager import LogManager
+
+    cfg = load_broker_config(overrides=[f"log.dirs={log_dir}", "metrics.port=0"], env={}, warn=False)
+    clock = SystemClock()
+    lm = LogManager(cfg, clock)
+    lm.startup()
+    lm.create_topic("bench", partitions, {"message.timestamp.type": "CreateTime"})
+    return cfg, clock, lm
+
+
 def _produce_frame(topic: str, n: int, size: int, ts: int) -> bytes:
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -70,17 +86,9 @@ async def main() -> int:
     from broker.context import BrokerContext
     from broker.dispatcher import Dispatcher
     from broker.metrics import BrokerMetrics
-    from config.broker_config import load_broker_config
-    from storage.clock import SystemClock
-    from storage.log_manager import LogManager
-
     tmp = tempfile.mkdtemp(prefix="metrics-overhead-")
     try:
-        cfg = load_broker_config(overrides=[f"log.dirs={tmp}", "metrics.port=0"], env={}, warn=False)
-        clock = SystemClock()
-        lm = LogManager(cfg, clock)
-        lm.startup()
-        lm.create_topic("bench", 1, {"message.timestamp.type": "CreateTime"})
+        cfg, clock, lm = in_process_log_manager(tmp)
         metrics = BrokerMetrics()
         common = dict(config=cfg, log_manager=lm, clock=clock, node_id=0, host="127.0.0.1", port=9092,
                       cluster_id="bench")
