@@ -78,22 +78,22 @@ def _error_name(code: int) -> str:
 
 def _batch_max_timestamps(records, n: int, info) -> list:
     """The maxTimestamp of each v2 batch in ``records`` (``n`` bytes); for a legacy
-    (magic 0/1) set, the append's max timestamp; nothing past a length that cannot be a
-    batch (the validator would not have let it through)."""
+    (magic 0/1) set, of any size, the append's max timestamp; nothing past a length that
+    cannot be a batch (the validator would not have let it through)."""
+    if n <= _MAGIC_POS:
+        return []
+    mv = memoryview(records) if not isinstance(records, memoryview) else records
+    if mv[_MAGIC_POS] != 2:  # a legacy set (a short one too: one message can be 26 bytes)
+        return [info.max_timestamp]
     out = []
     pos = 0
-    mv = memoryview(records) if not isinstance(records, memoryview) else records
-    while pos + _HEADER_SIZE <= n:
-        if mv[pos + _MAGIC_POS] != 2:
-            break
+    while pos + _HEADER_SIZE <= n and mv[pos + _MAGIC_POS] == 2:
         (length,) = _I32.unpack_from(mv, pos + 8)
         if length < _HEADER_SIZE - _LOG_OVERHEAD:
-            return out
+            break
         out.append(_I64.unpack_from(mv, pos + _MAX_TS_POS)[0])
         pos += _LOG_OVERHEAD + length
-    else:
-        return out
-    return [info.max_timestamp] if pos == 0 else out
+    return out
 
 
 # --------------------------------------------------------------------------------------

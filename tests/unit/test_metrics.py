@@ -63,6 +63,20 @@ def test_append_delay_legacy_set_and_log_append_time():
     assert val(s, "chronolog_topic_messages_in_total", topic="lat") == 1
 
 
+def test_append_delay_short_legacy_set_and_one_batch():
+    m = BrokerMetrics(process_metrics=False)
+    short = bytearray(40)  # one magic 1 message with a small value: under a v2 header's 61 bytes
+    short[16] = 1
+    m.appended("old", short, info(1, NOW - 250), True, NOW)
+    m.appended("one", memoryview(bytearray(build_batch([(NOW - 3000, b"a"), (NOW - 500, b"b")]))),
+               info(2, NOW - 500), True, NOW)
+    s = samples(m)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="old") == 1
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="old") == pytest.approx(0.25)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="one") == 1
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="one") == pytest.approx(0.5)
+
+
 def test_request_errors_from_response_structure():
     from protocol.messages import ProduceResponse
 
