@@ -339,7 +339,7 @@ _NO_REBUILDS: dict = {}
 
 class _V2Analysis(Analysis):
     __slots__ = ("mv", "config", "segment_bytes", "now", "in_place", "lat_topic", "decompressed_bytes",
-                 "_concluded", "pending", "spans", "walks", "fixes", "maxes",
+                 "pending", "spans", "walks", "fixes", "maxes",
                  "rebuilt")  # batch index -> rebuilt bytes (offset deltas 0..n-1); set by _conclude
 
     def _start(self, mv, config, now: int, in_place: bool, lat_topic: bool, concluded: bool,
@@ -351,7 +351,6 @@ class _V2Analysis(Analysis):
         self.in_place = in_place
         self.lat_topic = lat_topic
         self.decompressed_bytes = 0
-        self._concluded = concluded
         self.pending = not concluded  # an attribute, not a property: read on every append
         self.rebuilt = _NO_REBUILDS
 
@@ -400,7 +399,7 @@ class _V2Analysis(Analysis):
         self._conclude()
 
     def complete(self) -> None:
-        if not self._concluded:
+        if self.pending:
             self.run(None)
 
     def _conclude(self) -> None:
@@ -445,7 +444,6 @@ class _V2Analysis(Analysis):
                 self.rebuilt[i] = self._rebuild(walk)
             maxes.append(true_max)
             fixes.append(None if lat_topic or (true_max == h.max_timestamp and not lat_bit) else true_max)
-        self._concluded = True
         self.pending = False
 
     def _rebuild(self, walk: _BatchWalk) -> bytes:
@@ -474,7 +472,7 @@ class _V2Analysis(Analysis):
 
     def assign(self, next_offset: int, last_append_time_ms: int = -1,
                partition_leader_epoch: int | None = None) -> ValidatedAppend:
-        if not self._concluded:
+        if self.pending:
             raise RuntimeError("assign() before the analysis completed")
         mv = self.mv
         if self.rebuilt:
