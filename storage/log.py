@@ -30,6 +30,8 @@ answers with the original offsets, ``AppendInfo.duplicate``); the state is updat
 the write.  ``<offset>.snapshot`` files: one at each rolled segment's base offset, one at
 the log end on clean close; loading reads the latest snapshot at or below the log end
 and replays the batches after it (nothing when the clean-close snapshot is at the end).
+A log of one segment with no snapshot and no producer state has none written at all
+(``Log._snapshot_needless``): its clean start has nothing to read either.
 
 Transactions (:meth:`Log.append_end_txn_marker`, the coordinator's path): a COMMIT or
 ABORT marker ends a producer's transaction; an abort is indexed in the marker segment's
@@ -425,6 +427,9 @@ class Log:
         if len(segs) > 1:
             to_snapshot.add(segs[-2].base_offset)
         if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
+            if self._snapshot_needless():
+                psm.map_end_offset = last_offset  # and no file: see _snapshot_needless
+                return
             for off in sorted(to_snapshot):
                 psm.map_end_offset = off
                 psm.take_snapshot()
@@ -454,6 +459,19 @@ class Log:
                         psm.load_batch(ProducerBatch.from_header(hdr))
         psm.map_end_offset = last_offset
         psm.take_snapshot()
+
+    def _snapshot_needless(self) -> bool:
+        """Whether this log can go without a producer-state snapshot at its end: it has
+        one segment, no snapshot file and no producer state. A clean start then reads no
+        file and scans nothing (Kafka's rule for a cleanly stopped log without snapshots,
+        above), and a recovery would scan that one segment from its start anyway. Neither
+        the clean stop nor the start after it then creates a file for such a log: on a
+        busy disk, creating 10,000 snapshot files (one per partition of a broker written
+        to without idempotence) took most of the stop. A roll takes a snapshot, so a log
+        of more than one segment keeps Kafka's snapshots."""
+        psm = self._producer_state
+        return (len(self._segments) == 1 and psm.latest_snapshot_offset() is None and psm.is_empty()
+                and not psm.ongoing)
 
     def _replay_marker(self, seg, pos: int, hdr) -> None:
         """A COMMIT/ABORT marker read back from the log: the producer's transaction ends;
@@ -1066,7 +1084,8 @@ class Log:
         try:
             # a snapshot at the log end: the next start reads it and scans nothing
             self._producer_state.map_end_offset = self._leo
-            self._producer_state.take_snapshot(sync=sync)
+            if not self._snapshot_needless():
+                self._producer_state.take_snapshot(sync=sync)
         except OSError as e:
             logger.error("%s-%d: could not write the producer state snapshot at close: %s",
                          self.topic, self.partition, e)

@@ -304,6 +304,63 @@ def test_clean_restart_reads_the_snapshot_and_scans_nothing(tmp_path, monkeypatc
     assert log.log_end_offset == leo
 
 
+def plain_batch(n=2, ts=NOW):
+    return R.build_batch([(ts + i, None, b"p%d" % i) for i in range(n)])
+
+
+def test_a_one_segment_log_without_producers_stops_and_starts_without_a_snapshot(tmp_path, monkeypatch):
+    """No producer state, one segment, no snapshot yet: the clean stop writes no snapshot
+    and the clean start after it creates none and scans nothing (Kafka's rule for a
+    cleanly stopped log without snapshots); the state is the same empty one."""
+    log = new_log(tmp_path)
+    for _ in range(3):
+        log.append(plain_batch())
+    leo = log.log_end_offset
+    log.close()
+    assert snapshots(log) == []
+
+    def no_scan(*a, **kw):
+        raise AssertionError("a clean start of a log with nothing to rebuild must not read batches")
+
+    monkeypatch.setattr(ProducerStateManager, "load_batch", no_scan)
+    monkeypatch.setattr(ProducerStateManager, "truncate_and_reload", no_scan)
+    log = new_log(tmp_path, clean=True)
+    monkeypatch.undo()
+    assert snapshots(log) == [] and log.producer_state.is_empty() and log.log_end_offset == leo
+    # an idempotent producer arrives: from now on the log keeps its snapshot at the end
+    info = log.append(pbatch(0))
+    log.close()
+    assert snapshots(log) == [snapshot_file_name(info.last_offset + 1)]
+    log = new_log(tmp_path, clean=True)
+    assert log.append(pbatch(0)).duplicate
+
+
+def test_a_crash_after_a_snapshotless_stop_rebuilds_the_state_from_the_segment(tmp_path):
+    """The log that went without a snapshot is recovered after a kill like any other:
+    the producer that came after the clean start is found by scanning the segment."""
+    log = new_log(tmp_path)
+    log.append(plain_batch())
+    log.close()
+    log = new_log(tmp_path, clean=True)
+    info = log.append(pbatch(0))
+    log.close_handlers()  # simulated kill: no snapshot at the end
+    assert snapshots(log) == []
+    log = new_log(tmp_path)
+    dup = log.append(pbatch(0))
+    assert dup.duplicate and dup.base_offset == info.base_offset
+
+
+def test_a_log_of_more_segments_keeps_kafkas_snapshots(tmp_path):
+    """Rolled logs have snapshots (one per roll) and keep writing one at the clean stop,
+    even with no producer state."""
+    log = new_log(tmp_path, segment_bytes=200)
+    while len(log.segments) < 3:
+        log.append(plain_batch())
+    leo = log.log_end_offset
+    log.close()
+    assert snapshot_file_name(leo) in snapshots(log)
+
+
 def test_crash_recovery_rebuilds_the_state_from_snapshot_and_log(tmp_path):
     log = new_log(tmp_path, segment_bytes=400)
     infos = [log.append(pbatch(2 * i, value=b"x" * 40)) for i in range(10)]
