@@ -204,6 +204,21 @@ class ConfigEntry(NamedTuple):
     read_only: bool = False
 
 
+def validation_rules_of(cfg) -> tuple[bool, int, int, bool, bool, int, int | None]:
+    """What the produce validator (storage.validator) checks, from any object with
+    TopicConfig's attribute names (a TopicConfig computes it once: ``validation_rules``):
+    LogAppendTime topic, the CreateTime window (before, after), whether the window is
+    checked at all, compacted (keys required), max.message.bytes, segment.bytes (None: no
+    limit)."""
+    lat_topic = cfg.message_timestamp_type == "LogAppendTime"
+    before = cfg.message_timestamp_before_max_ms
+    after = cfg.message_timestamp_after_max_ms
+    check_window = not lat_topic and not (before >= LONG_MAX and after >= LONG_MAX)
+    seg = getattr(cfg, "segment_bytes", None)
+    return (lat_topic, before, after, check_window, bool(getattr(cfg, "compact", False)),
+            cfg.max_message_bytes, seg if isinstance(seg, int) else None)
+
+
 def canonical_topic_config_name(name: str) -> str:
     return TOPIC_CONFIG_ALIASES.get(name, name)
 
@@ -375,15 +390,9 @@ class TopicConfig(BaseModel):
         return self.message_timestamp_type == "LogAppendTime"
 
     @functools.cached_property
-    def validation_rules(self) -> tuple[bool, int, int, bool, bool, int, int]:
-        """What the produce validator checks (storage.validator): LogAppendTime topic, the
-        CreateTime window (before, after), whether the window is checked at all,
-        compacted (keys required), max.message.bytes, segment.bytes."""
-        lat_topic = self.is_log_append_time
-        before = self.message_timestamp_before_max_ms
-        after = self.message_timestamp_after_max_ms
-        check_window = not lat_topic and not (before >= LONG_MAX and after >= LONG_MAX)
-        return lat_topic, before, after, check_window, self.compact, self.max_message_bytes, self.segment_bytes
+    def validation_rules(self) -> tuple[bool, int, int, bool, bool, int, int | None]:
+        """:func:`validation_rules_of` this config, computed once (read on every append)."""
+        return validation_rules_of(self)
 
     def get(self, name: str) -> Any:
         """Effective value by topic property name (aliases accepted)."""

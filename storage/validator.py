@@ -51,12 +51,12 @@ from typing import NamedTuple
 from protocol import compression as C
 from protocol import records as R
 from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2
+from config.topic_config import validation_rules_of
 from storage import errors as E
 
 __all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
            "DEFAULT_MAX_RECORDS_BYTES"]
 
-INT64_MAX = (1 << 63) - 1
 _MASK64 = (1 << 64) - 1
 
 #: default bound on one batch's decompressed records: Kafka's socket.request.max.bytes
@@ -317,20 +317,10 @@ class _BatchWalk:
 
 
 def _rules(config) -> tuple[bool, int, int, bool, bool, int, int | None]:
-    """The topic's validation rules: LogAppendTime topic, the CreateTime window (before,
-    after), whether it is checked at all, compacted (keys required), max.message.bytes,
-    segment.bytes (None: no limit). A TopicConfig computes them once
-    (``validation_rules``); other configs here."""
+    """The topic's validation rules (config.topic_config.validation_rules_of): cached on
+    a TopicConfig, computed here for other configs (the tests' plain ones)."""
     rules = getattr(config, "validation_rules", None)
-    if rules is not None:
-        return rules
-    lat_topic = config.message_timestamp_type == "LogAppendTime"
-    before = config.message_timestamp_before_max_ms
-    after = config.message_timestamp_after_max_ms
-    check_window = not lat_topic and not (before >= INT64_MAX and after >= INT64_MAX)
-    seg = getattr(config, "segment_bytes", None)
-    return (lat_topic, before, after, check_window, bool(getattr(config, "compact", False)),
-            config.max_message_bytes, seg if isinstance(seg, int) else None)
+    return rules if rules is not None else validation_rules_of(config)
 
 
 #: an analysis's rebuilt batches before _conclude finds any (never written to)
