@@ -52,9 +52,13 @@ tools:
 	  $$SUDO apt-get update -qq && mkdir -p .tools && cd .tools && apt-get download -qq prometheus 2>/dev/null \
 	  && dpkg-deb -x prometheus_*.deb prometheus && rm -f prometheus_*.deb; }
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of
+# them (its module-scoped brokers start once); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) tools
 	@$(PY) -m compileall -q -j 0 $(PACKAGES) >/dev/null
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The end-to-end container check (README, "Running in containers"): images built,
 # compose stack up, health check, tests service, host clients, Prometheus queries, clean
