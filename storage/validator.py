@@ -48,10 +48,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from config.topic_config import validation_rules_of
 from protocol import compression as C
 from protocol import records as R
 from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2
-from config.topic_config import validation_rules_of
 from storage import errors as E
 
 __all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
