@@ -304,17 +304,13 @@ def test_clean_restart_reads_the_snapshot_and_scans_nothing(tmp_path, monkeypatc
     assert log.log_end_offset == leo
 
 
-def plain_batch(n=2, ts=NOW):
-    return R.build_batch([(ts + i, None, b"p%d" % i) for i in range(n)])
-
-
 def test_a_one_segment_log_without_producers_stops_and_starts_without_a_snapshot(tmp_path, monkeypatch):
     """No producer state, one segment, no snapshot yet: the clean stop writes no snapshot
     and the clean start after it creates none and scans nothing (Kafka's rule for a
     cleanly stopped log without snapshots); the state is the same empty one."""
     log = new_log(tmp_path)
     for _ in range(3):
-        log.append(plain_batch())
+        log.append(R.build_batch([(NOW, None, b"plain")]))
     leo = log.log_end_offset
     log.close()
     assert snapshots(log) == []
@@ -339,7 +335,7 @@ def test_a_crash_after_a_snapshotless_stop_rebuilds_the_state_from_the_segment(t
     """The log that went without a snapshot is recovered after a kill like any other:
     the producer that came after the clean start is found by scanning the segment."""
     log = new_log(tmp_path)
-    log.append(plain_batch())
+    log.append(R.build_batch([(NOW, None, b"plain")]))
     log.close()
     log = new_log(tmp_path, clean=True)
     info = log.append(pbatch(0))
@@ -355,7 +351,7 @@ def test_a_log_of_more_segments_keeps_kafkas_snapshots(tmp_path):
     even with no producer state."""
     log = new_log(tmp_path, segment_bytes=200)
     while len(log.segments) < 3:
-        log.append(plain_batch())
+        log.append(R.build_batch([(NOW, None, b"plain")]))
     leo = log.log_end_offset
     log.close()
     assert snapshot_file_name(leo) in snapshots(log)
