@@ -13,7 +13,7 @@ PROMTOOL := .tools/prometheus/usr/bin/promtool
 # its 1.2 s start; a stale .pyc is ignored by Python, never used.
 PACKAGES := broker protocol storage config pipeline pyspark_kafka_compatible
 
-.PHONY: run test bench tools venv test-containers
+.PHONY: run test bench tools venv test-containers bytecode
 
 venv: $(STAMP)
 
@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml setup.py protocol/_recwalk.c protocol/_fastwire.c stora
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-run: $(STAMP)
+bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j 0 $(PACKAGES) >/dev/null
+
+run: bytecode
 	$(VENV)/bin/chronolog serve $(ARGS)
 
 # kcat (Debian's, librdkafka 2.0) and kafkajs (npm, tests/js) are clients the integration
@@ -56,8 +58,7 @@ tools:
 # them (its module-scoped brokers start once); TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) tools
-	@$(PY) -m compileall -q -j 0 $(PACKAGES) >/dev/null
+test: bytecode tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The end-to-end container check (README, "Running in containers"): images built,
