@@ -422,14 +422,14 @@ class Log:
         shutdown of a log that has no snapshot at all (data from before snapshots were
         written) nothing is scanned: empty snapshots are taken instead, as Kafka does."""
         psm = self._producer_state
+        if reload_from_clean_shutdown and self._snapshot_needless():
+            psm.map_end_offset = last_offset  # empty, and no file: see _snapshot_needless
+            return
         segs = self._segments
         to_snapshot = {segs[-1].base_offset, last_offset}
         if len(segs) > 1:
             to_snapshot.add(segs[-2].base_offset)
         if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
-            if self._snapshot_needless():
-                psm.map_end_offset = last_offset  # and no file: see _snapshot_needless
-                return
             for off in sorted(to_snapshot):
                 psm.map_end_offset = off
                 psm.take_snapshot()
