@@ -667,7 +667,7 @@ class Log:
         the append time never below the last one, then :meth:`append_validated`."""
         self._ensure_open()
         va = analysis.assign(self._leo, self._last_append_time_ms, self._epochs.latest_epoch)
-        return self.append_validated(va, now_ms=self.clock.time_ms(), coordinator=coordinator)
+        return self._append(va, self.clock.time_ms(), coordinator)
 
     def append_validated(self, va, *, now_ms: int | None = None, coordinator: bool = False) -> AppendInfo:
         """Append an already validated ``ValidatedAppend`` whose base offset is the LEO.
@@ -677,10 +677,13 @@ class Log:
         InvalidTxnStateError; nothing is written then).  A retried batch is not
         written again: the result has ``duplicate=True`` and the original offsets."""
         self._ensure_open()
-        if now_ms is None:
-            now_ms = self.clock.time_ms()
+        return self._append(va, self.clock.time_ms() if now_ms is None else now_ms, coordinator)
+
+    def _append(self, va, now_ms: int, coordinator: bool) -> AppendInfo:
+        """append_validated, the log open: the producer state's checks, then
+        :meth:`_write`."""
         # the fields read once (a NamedTuple's attribute is a descriptor call each time)
-        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, record_count, _batches = va
+        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, record_count, batches = va
         size = len(buf)
         if size == 0 or record_count == 0:
             return AppendInfo(-1, -1, log_append_time, self._log_start_offset, 0, max_timestamp)
@@ -694,12 +697,15 @@ class Log:
                 f"segment.bytes={segment_bytes}")
         psm = self._producer_state
         updates = None
-        pbatches = self._producer_batches(va)
-        if pbatches:
-            updates, dup = psm.prepare(pbatches, coordinator=coordinator)
-            if dup is not None:
-                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
-                                  dup.offset_delta + 1, dup.timestamp, True)
+        # one batch without a producer id (the common produce) needs no producer state
+        single = len(batches) == 1
+        if not single or _I64.unpack_from(buf, _PRODUCER_ID_OFFSET)[0] >= 0:
+            pbatches = self._producer_batches(va)
+            if pbatches:
+                updates, dup = psm.prepare(pbatches, coordinator=coordinator)
+                if dup is not None:
+                    return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
+                                      dup.offset_delta + 1, dup.timestamp, True)
         self._write(va, now_ms)
         if updates:
             psm.apply(updates)
@@ -712,21 +718,24 @@ class Log:
         flush per ``flush.messages``. Returns the segment written to."""
         seg = self._segments[-1]
         segment_bytes, segment_ms, flush_messages = self._append_limits
-        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, _count, _batches = va
+        buf, base_offset, last_offset, max_timestamp, _of_max, log_append_time, _count, batches = va
         try:
-            if seg.size > 0 and seg.should_roll(max_timestamp=max_timestamp, size=len(buf),
-                                                max_offset=last_offset, now_ms=now_ms,
-                                                segment_bytes=segment_bytes, segment_ms=segment_ms):
-                seg = self.roll(base_offset)
-            seg.append(va)
+            # one batch into a segment needing no roll and no index entry: one call
+            if not (len(batches) == 1 and seg.append_unindexed(buf, last_offset, max_timestamp, now_ms,
+                                                               segment_bytes, segment_ms)):
+                if seg.size > 0 and seg.should_roll(max_timestamp=max_timestamp, size=len(buf),
+                                                    max_offset=last_offset, now_ms=now_ms,
+                                                    segment_bytes=segment_bytes, segment_ms=segment_ms):
+                    seg = self.roll(base_offset)
+                seg.append(va)
         except OSError as e:
             raise KafkaStorageError(
                 f"I/O error appending to {self.topic}-{self.partition} in {self.dir}: {e}") from e
-        self._leo = last_offset + 1
-        self._hw = self._leo
+        self._leo = leo = last_offset + 1
+        self._hw = leo
         if log_append_time is not None and log_append_time >= 0:
             self._last_append_time_ms = max(self._last_append_time_ms, log_append_time)
-        if self._leo - self.recovery_point >= flush_messages:
+        if leo - self.recovery_point >= flush_messages:
             self.flush()
         return seg
 

@@ -285,6 +285,35 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += b.size
 
+    def append_unindexed(self, buf, last_offset: int, max_timestamp: int, now_ms: int,
+                         segment_bytes: int, segment_ms: int) -> bool:
+        """The common append in one call: ``buf`` holds one batch (offsets assigned, the
+        last ``last_offset``, its max timestamp ``max_timestamp``) for a segment that
+        already holds batches, needs no roll for it (:meth:`should_roll` is false) and
+        gets no index entry for it (``index.interval.bytes`` not yet passed): what
+        ``should_roll`` and :meth:`append` would do for it, without their calls. Returns
+        False when any of that does not hold, having done nothing: the caller then takes
+        the general path (``should_roll``, a roll, ``append``)."""
+        current = self._size
+        n = len(buf)
+        if (current == 0 or current > segment_bytes - n
+                or self._bytes_since_last_index_entry > self.index_interval_bytes
+                or not 0 <= last_offset - self.base_offset <= _INT32_MAX):
+            return False
+        ts = self._rolling_ts  # time_waited_for_roll, when the first batch's timestamp is known
+        if ts is _UNKNOWN or ts is None:
+            return False
+        waited = max_timestamp - ts if ts >= 0 else now_ms - self.created_ms
+        if waited > segment_ms - self.roll_jitter_ms or self.offset_index.is_full() or self.time_index.is_full():
+            return False
+        self._write_at(buf, current)
+        self._size = current + n
+        if max_timestamp > self._max_ts:
+            self._max_ts = max_timestamp
+            self._max_ts_offset = last_offset
+        self._bytes_since_last_index_entry += n
+        return True
+
     def _write_at(self, buf, position: int) -> None:
         fd = self._file.fileno()
         written = os.pwrite(fd, buf, position)

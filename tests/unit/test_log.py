@@ -462,3 +462,76 @@ def test_last_append_time_reloaded_after_restart(tmp_path):
     log = new_log(tmp_path)
     assert log.last_append_time_ms == 777_000
     log.close()
+
+
+def _segment_state(log):
+    """Every file of the log's directory (bytes) and each segment's in-memory state."""
+    files = {}
+    for f in log_files(log.dir):
+        with open(os.path.join(log.dir, f), "rb") as fh:
+            files[f] = fh.read()
+    segs = [(s.base_offset, s.size, s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far,
+             s.offset_index.entries, s.time_index.entries, s.time_index.last_entry(),
+             s._bytes_since_last_index_entry) for s in log.segments]
+    return files, segs, log.log_end_offset, log.high_watermark
+
+
+#: (segment.bytes, segment.ms, segment.index.bytes, timestamp steps) making each kind of roll
+_ROLLS = {
+    "size": (3000, 10**9, 1200, [0, 5, 40, -3000, 7000]),
+    "time": (10**6, 60_000, 1200, [0, 5, 40, -3000, 7000, 30_000]),
+    "time-index-full": (10**6, 10**9, 96, [5, 40]),  # 8 time-index entries, 12 offset-index ones
+    "offset-index-full": (10**6, 10**9, 96, [0]),  # one time-index entry per segment
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("rolls", sorted(_ROLLS))
+def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, rolls):
+    """LogSegment.append_unindexed (one batch, no roll, no index entry due) leaves the
+    same files and state as should_roll + roll + append do for the same appends: random
+    sizes crossing index.interval.bytes, timestamps going back and forward (time index
+    entries, max timestamps), rolls by segment.bytes, by segment.ms and by full indexes,
+    multi-batch appends and batches with a producer id in between."""
+    from protocol import records as R
+    from storage.segment import LogSegment
+
+    segment_bytes, segment_ms, index_bytes, steps = _ROLLS[rolls]
+
+    def run(name, one_call):
+        rng = random.Random(seed)
+        clock = ManualClock(1_700_000_000_000)
+        log = new_log(tmp_path, name, clock=clock, segment_bytes=segment_bytes, segment_ms=segment_ms,
+                      segment_index_bytes=index_bytes, index_interval_bytes=300)
+        if not one_call:  # the general path only
+            monkeypatch.setattr(LogSegment, "append_unindexed", lambda self, *a: False)
+        used = 0
+        t = 1_700_000_000_000
+        seq = 0
+        for i in range(400):
+            t += rng.choice(steps)
+            clock.advance(rng.choice([0, 0, 10, 20_000]))
+            recs = [(t, b"v" * rng.choice([0, 10, 60, 200])) for j in range(rng.randint(1, 3))]
+            kind = rng.random()
+            if kind < 0.1:  # two batches in one append
+                batches = [build_batch(recs), build_batch(recs[:1])]
+            elif kind < 0.2:  # an idempotent producer's batch
+                batches = [R.build_batch([(ts, None, v) for ts, v in recs], producer_id=7, producer_epoch=0,
+                                         base_sequence=seq)]
+                seq += len(recs)
+            else:
+                batches = [build_batch(recs)]
+            before = log.active_segment.size
+            append(log, batches)
+            if one_call and len(batches) == 1 and 0 < before < log.active_segment.size:
+                used += 1
+        state = _segment_state(log)
+        monkeypatch.undo()
+        log.close()
+        return state, len(log.segments), used
+
+    fast, n_fast, used = run("fast-0", True)
+    slow, n_slow, _ = run("slow-0", False)
+    assert fast == slow
+    assert n_fast == n_slow > 5  # rolls happened
+    assert used > 150

@@ -195,15 +195,17 @@ def test_failed_write_does_not_update_the_state(tmp_path, monkeypatch):
     log = new_log(tmp_path)
     log.append(pbatch(0))
     seg = log.active_segment
+    seg_size = seg.size
 
-    def broken(va):
+    def broken(buf, position):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(seg, "append", broken)
+    monkeypatch.setattr(seg, "_write_at", broken)  # the pwrite of either append path
     with pytest.raises(E.KafkaStorageError):
         log.append(pbatch(2))
     monkeypatch.undo()
     assert log.producer_state.last_entry(PID).last_seq == 1
+    assert log.log_end_offset == 2 and seg.size == seg_size
     info = log.append(pbatch(2))  # the retry is appended, not taken for a duplicate
     assert not info.duplicate and info.base_offset == 2
 

@@ -183,6 +183,20 @@ def test_should_roll_on_index_full_and_offset_overflow(tmp_path):
     seg.close()
 
 
+def test_one_call_append_refuses_an_offset_the_index_cannot_hold(tmp_path):
+    seg = open_segment(tmp_path)
+    seg.append(make_append([build_batch([(1, b"x")])], 0))
+    size = seg.size
+    args = (1, 0, 10**9, 10**12)  # max timestamp, now, segment.bytes, segment.ms
+    far = make_append([build_batch([(1, b"x")])], 2**31)  # its last offset is base + 2**31
+    assert not seg.append_unindexed(far.buffer, far.last_offset, *args)
+    assert seg.size == size  # nothing written
+    near = make_append([build_batch([(1, b"x")])], 2**31 - 1)
+    assert seg.append_unindexed(near.buffer, near.last_offset, *args)
+    assert seg.size == size + len(near.buffer)
+    seg.close()
+
+
 def test_should_roll_on_time(tmp_path):
     clock = ManualClock(1_000_000)
     seg = open_segment(tmp_path, clock=clock, jitter=100)
