@@ -710,6 +710,100 @@ static int scan_records(Walker *w, const uint8_t *p, const uint8_t *end) {
 #define HDR 61
 #define LOG_OVERHEAD 12
 
+/* A v2 batch header's fields, read by scan_batch */
+typedef struct {
+    int64_t base_offset, base_ts, max_ts, pid;
+    int32_t length, ple, lod, base_seq, count;
+    uint32_t crc;
+    int16_t attrs, pepoch;
+    int8_t magic;
+} V2Header;
+
+/* The topic's validation rules, as scan_v2 and validate_v2 take them */
+typedef struct {
+    long long max_message_bytes, now, before, after;
+    int lat_topic, check_window, compact;
+} ScanRules;
+
+enum { SCAN_ERROR = -1, SCAN_OTHER = 0, SCAN_TAKEN = 1, SCAN_END = 2 };
+
+/* The batch at ``b`` (``avail`` bytes from it to the buffer's end), the validator's steps
+ * 1-4 for it in the common case: SCAN_TAKEN with ``h`` and ``*true_max`` (the max
+ * timestamp the reference computes: -1 on a LogAppendTime topic) filled; SCAN_END where
+ * the reference stops reading (fewer than 17 bytes, a partial trailing batch); SCAN_OTHER
+ * for anything out of the common case (nothing set); SCAN_ERROR with an exception set. */
+static int scan_batch(const uint8_t *b, Py_ssize_t avail, const ScanRules *r, PyObject *crc_fn, V2Header *h,
+                      int64_t *true_max) {
+    int32_t length = be32(b + 8);
+    if (length < 14)
+        return SCAN_OTHER;
+    Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+    if (avail < LOG_OVERHEAD + 5)
+        return SCAN_END;
+    int8_t magic = (int8_t)b[16];
+    if (magic < 0 || magic > 2)
+        return SCAN_OTHER;
+    if (avail < size)
+        return SCAN_END; /* a partial trailing batch: trimmed, as the reference does */
+    if (magic != 2 || size < HDR)
+        return SCAN_OTHER;
+    h->length = length;
+    h->magic = magic;
+    h->base_offset = be64(b);
+    h->ple = be32(b + 12);
+    h->crc = (uint32_t)be32(b + 17);
+    h->attrs = be16(b + 21);
+    h->lod = be32(b + 23);
+    h->base_ts = be64(b + 27);
+    h->max_ts = be64(b + 35);
+    h->pid = be64(b + 43);
+    h->pepoch = be16(b + 51);
+    h->base_seq = be32(b + 53);
+    h->count = be32(b + 57);
+    if (h->base_offset != 0 || size > r->max_message_bytes)
+        return SCAN_OTHER;
+    /* the per-batch checks (_check_batch), then what this path leaves to the reference */
+    if (h->lod < 0 || h->count <= 0 || h->count != (int64_t)h->lod + 1 || (h->attrs & 0x20)
+        || (h->pid >= 0 && h->base_seq < 0))
+        return SCAN_OTHER;
+    if ((h->attrs & 0x07) != 0 || (h->attrs & 0x08))
+        return SCAN_OTHER;
+    uint32_t crc_now;
+    if (batch_crc(crc_fn, b, size, &crc_now) < 0)
+        return SCAN_ERROR;
+    if (crc_now != h->crc)
+        return SCAN_OTHER;
+    Walker w;
+    memset(&w, 0, sizeof w);
+    w.count = h->count;
+    w.base_ts = h->base_ts;
+    w.lat = r->lat_topic;
+    w.now = r->now;
+    w.before = r->before;
+    w.after = r->after;
+    w.check_window = r->check_window;
+    w.collect_null_keys = r->compact;
+    w.max_ts = -1;
+    w.index_of_max = -1;
+    w.deltas_ok = 1;
+    int ok = scan_records(&w, b + HDR, b + size);
+    Py_CLEAR(w.bad_ts);
+    Py_CLEAR(w.null_keys);
+    if (!ok)
+        return SCAN_OTHER;
+    *true_max = r->lat_topic ? -1 : w.max_ts;
+    return SCAN_TAKEN;
+}
+
+/* the rules from args[1..7] of scan_v2 / validate_v2; -1 with an exception set */
+static int scan_rules(PyObject *const *args, ScanRules *r) {
+    if (arg_ll(args[1], &r->max_message_bytes) < 0 || arg_bool(args[2], &r->lat_topic) < 0
+        || arg_ll(args[3], &r->now) < 0 || arg_ll(args[4], &r->before) < 0 || arg_ll(args[5], &r->after) < 0
+        || arg_bool(args[6], &r->check_window) < 0 || arg_bool(args[7], &r->compact) < 0)
+        return -1;
+    return 0;
+}
+
 /* scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after,
  *         check_window, compact, header_type, crc32c)
  *
@@ -721,16 +815,13 @@ static int scan_records(Walker *w, const uint8_t *p, const uint8_t *end) {
  * Batches are read as they are; nothing is written. */
 static PyObject *scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
-    long long max_message_bytes, now, before, after;
-    int lat_topic, check_window, compact;
+    ScanRules rules;
     if (nargs != 10) {
         PyErr_Format(PyExc_TypeError, "scan_v2 takes 10 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *header_type = args[8], *crc_fn = args[9];
-    if (arg_ll(args[1], &max_message_bytes) < 0 || arg_bool(args[2], &lat_topic) < 0 || arg_ll(args[3], &now) < 0
-        || arg_ll(args[4], &before) < 0 || arg_ll(args[5], &after) < 0 || arg_bool(args[6], &check_window) < 0
-        || arg_bool(args[7], &compact) < 0)
+    if (scan_rules(args, &rules) < 0)
         return NULL;
     if (!is_tuple_type(header_type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
@@ -745,82 +836,39 @@ static PyObject *scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (!spans || !fixes || !maxes)
         goto done;
     while (end - pos >= LOG_OVERHEAD) {
-        const uint8_t *b = buf + pos;
-        int32_t length = be32(b + 8);
-        if (length < 14)
-            goto fallback;
-        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
-        if (end - pos < LOG_OVERHEAD + 5)
+        V2Header h;
+        int64_t true_max;
+        int rc = scan_batch(buf + pos, end - pos, &rules, crc_fn, &h, &true_max);
+        if (rc == SCAN_END)
             break;
-        int8_t magic = (int8_t)b[16];
-        if (magic < 0 || magic > 2)
+        if (rc == SCAN_OTHER)
             goto fallback;
-        if (end - pos < size)
-            break; /* a partial trailing batch: trimmed, as the reference does */
-        if (magic != 2 || size < HDR)
-            goto fallback;
-        int64_t base_offset = be64(b);
-        int32_t ple = be32(b + 12);
-        uint32_t crc = (uint32_t)be32(b + 17);
-        int16_t attrs = be16(b + 21);
-        int32_t lod = be32(b + 23);
-        int64_t base_ts = be64(b + 27), max_ts = be64(b + 35), pid = be64(b + 43);
-        int16_t pepoch = be16(b + 51);
-        int32_t base_seq = be32(b + 53), count = be32(b + 57);
-        if (base_offset != 0 || size > max_message_bytes)
-            goto fallback;
-        /* the per-batch checks (_check_batch), then what this path leaves to the reference */
-        if (lod < 0 || count <= 0 || count != (int64_t)lod + 1 || (attrs & 0x20) || (pid >= 0 && base_seq < 0))
-            goto fallback;
-        if ((attrs & 0x07) != 0 || (attrs & 0x08))
-            goto fallback;
-        uint32_t crc_now;
-        if (batch_crc(crc_fn, b, size, &crc_now) < 0)
+        if (rc == SCAN_ERROR)
             goto done;
-        if (crc_now != crc)
-            goto fallback;
-        Walker w;
-        memset(&w, 0, sizeof w);
-        w.count = count;
-        w.base_ts = base_ts;
-        w.lat = lat_topic;
-        w.now = now;
-        w.before = before;
-        w.after = after;
-        w.check_window = check_window;
-        w.collect_null_keys = compact;
-        w.max_ts = -1;
-        w.index_of_max = -1;
-        w.deltas_ok = 1;
-        int ok = scan_records(&w, b + HDR, b + size);
-        Py_CLEAR(w.bad_ts);
-        Py_CLEAR(w.null_keys);
-        if (!ok)
-            goto fallback;
-        int64_t true_max = lat_topic ? -1 : w.max_ts;
         PyObject *fields[13] = {
-            PyLong_FromLongLong(base_offset), PyLong_FromLong(length), PyLong_FromLong(ple),
-            PyLong_FromLong((unsigned char)magic), PyLong_FromUnsignedLong(crc), PyLong_FromLong(attrs),
-            PyLong_FromLong(lod), PyLong_FromLongLong(base_ts), PyLong_FromLongLong(max_ts),
-            PyLong_FromLongLong(pid), PyLong_FromLong(pepoch), PyLong_FromLong(base_seq), PyLong_FromLong(count)};
-        PyObject *h = struct_of(header_type, 13, fields);
-        if (!h)
+            PyLong_FromLongLong(h.base_offset), PyLong_FromLong(h.length), PyLong_FromLong(h.ple),
+            PyLong_FromLong((unsigned char)h.magic), PyLong_FromUnsignedLong(h.crc), PyLong_FromLong(h.attrs),
+            PyLong_FromLong(h.lod), PyLong_FromLongLong(h.base_ts), PyLong_FromLongLong(h.max_ts),
+            PyLong_FromLongLong(h.pid), PyLong_FromLong(h.pepoch), PyLong_FromLong(h.base_seq),
+            PyLong_FromLong(h.count)};
+        PyObject *hdr = struct_of(header_type, 13, fields);
+        if (!hdr)
             goto done;
-        PyObject *span_items[2] = {PyLong_FromSsize_t(pos), h};
+        PyObject *span_items[2] = {PyLong_FromSsize_t(pos), hdr};
         PyObject *span = struct_of((PyObject *)&PyTuple_Type, 2, span_items);
         if (!span || PyList_Append(spans, span) < 0) {
             Py_XDECREF(span);
             goto done;
         }
         Py_DECREF(span);
-        PyObject *fix = (lat_topic || true_max == max_ts) ? Py_NewRef(Py_None) : PyLong_FromLongLong(true_max);
+        PyObject *fix = (rules.lat_topic || true_max == h.max_ts) ? Py_NewRef(Py_None) : PyLong_FromLongLong(true_max);
         PyObject *mx = PyLong_FromLongLong(true_max);
         int bad = !fix || !mx || PyList_Append(fixes, fix) < 0 || PyList_Append(maxes, mx) < 0;
         Py_XDECREF(fix);
         Py_XDECREF(mx);
         if (bad)
             goto done;
-        pos += size;
+        pos += (Py_ssize_t)h.length + LOG_OVERHEAD;
     }
     if (PyList_GET_SIZE(spans) == 0)
         goto fallback;
@@ -834,6 +882,53 @@ done:
     Py_XDECREF(fixes);
     Py_XDECREF(maxes);
     return result;
+}
+
+/* Step 5 for the batch at ``b`` (``size`` bytes, writable): base offset ``offset``, the
+ * leader epoch when ``has_epoch``, on a LogAppendTime topic the attribute bit and
+ * maxTimestamp = ``append_time``, elsewhere maxTimestamp = ``fix`` when ``has_fix``; the
+ * CRC recomputed where the header changed. ``*bmax``: the batch's max timestamp (the
+ * append time, else ``scanned_max``). 0, or -1 with an exception set. */
+static int assign_batch(uint8_t *b, Py_ssize_t size, int64_t offset, int has_epoch, long epoch, int lat_topic,
+                        int64_t append_time, int has_fix, int64_t fix, int64_t scanned_max, PyObject *crc_fn,
+                        int64_t *bmax) {
+    put64(b, offset);
+    if (has_epoch)
+        put32(b + 12, (uint32_t)epoch);
+    if (lat_topic) {
+        b[22] |= 0x08; /* the attributes' low byte */
+        put64(b + 35, append_time);
+        if (rewrite_crc(crc_fn, b, size) < 0)
+            return -1;
+        *bmax = append_time;
+        return 0;
+    }
+    if (has_fix && (be64(b + 35) != fix || (b[22] & 0x08))) {
+        b[22] &= (uint8_t)~0x08;
+        put64(b + 35, fix);
+        if (rewrite_crc(crc_fn, b, size) < 0)
+            return -1;
+    }
+    *bmax = scanned_max;
+    return 0;
+}
+
+/* info_type(position, size, base_offset, last_offset, max_timestamp, last_offset) */
+static PyObject *batch_info(PyObject *info_type, Py_ssize_t pos, Py_ssize_t size, int64_t offset, int64_t last,
+                            int64_t bmax) {
+    PyObject *items[6] = {PyLong_FromSsize_t(pos), PyLong_FromSsize_t(size), PyLong_FromLongLong(offset),
+                          PyLong_FromLongLong(last), PyLong_FromLongLong(bmax), PyLong_FromLongLong(last)};
+    return struct_of(info_type, 6, items);
+}
+
+/* result_type(buf, next_offset, last_offset, max_timestamp, offset_of_max, append_time, count, infos)
+ * (steals infos) */
+static PyObject *validated(PyObject *result_type, PyObject *buf, int64_t next_offset, int64_t offset, int64_t max_ts,
+                           int64_t off_of_max, int64_t append_time, int64_t count, PyObject *infos) {
+    PyObject *out[8] = {Py_NewRef(buf), PyLong_FromLongLong(next_offset), PyLong_FromLongLong(offset - 1),
+                        PyLong_FromLongLong(max_ts), PyLong_FromLongLong(off_of_max),
+                        PyLong_FromLongLong(append_time), PyLong_FromLongLong(count), infos};
+    return struct_of(result_type, 8, out);
 }
 
 /* assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic,
@@ -870,8 +965,7 @@ static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     PyObject *infos = NULL, *result = NULL;
     Py_ssize_t n = PyList_GET_SIZE(spans);
-    if (PyList_GET_SIZE(fixes) != n || PyList_GET_SIZE(maxes) != n || !PyType_Check(info_type)
-        || !PyType_IsSubtype((PyTypeObject *)info_type, &PyTuple_Type)) {
+    if (PyList_GET_SIZE(fixes) != n || PyList_GET_SIZE(maxes) != n || !is_tuple_type(info_type)) {
         PyErr_SetString(PyExc_TypeError, "assign_v2: spans, fixes and maxes differ in length, or info_type is not a tuple subclass");
         goto done;
     }
@@ -904,51 +998,124 @@ static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
         int64_t lod = be32(b + 23), records = be32(b + 57);
-        put64(b, offset);
-        if (has_epoch)
-            put32(b + 12, (uint32_t)epoch);
-        int64_t last = offset + lod;
-        int64_t bmax;
-        if (lat_topic) {
-            b[22] |= 0x08; /* the attributes' low byte */
-            put64(b + 35, append_time);
-            if (rewrite_crc(crc_fn, b, size) < 0)
+        int64_t last = offset + lod, bmax = -1, scanned_max = -1, fix = 0;
+        PyObject *fix_obj = PyList_GET_ITEM(fixes, i);
+        if (!lat_topic) {
+            scanned_max = PyLong_AsLongLong(PyList_GET_ITEM(maxes, i));
+            if (scanned_max == -1 && PyErr_Occurred())
                 goto done;
-            bmax = append_time;
-        } else {
-            bmax = PyLong_AsLongLong(PyList_GET_ITEM(maxes, i));
-            if (bmax == -1 && PyErr_Occurred())
+            if (fix_obj != Py_None && (fix = PyLong_AsLongLong(fix_obj)) == -1 && PyErr_Occurred())
                 goto done;
-            PyObject *fix_obj = PyList_GET_ITEM(fixes, i);
-            if (fix_obj != Py_None) {
-                int64_t fix = PyLong_AsLongLong(fix_obj);
-                if (fix == -1 && PyErr_Occurred())
-                    goto done;
-                if (be64(b + 35) != fix || (b[22] & 0x08)) {
-                    b[22] &= (uint8_t)~0x08;
-                    put64(b + 35, fix);
-                    if (rewrite_crc(crc_fn, b, size) < 0)
-                        goto done;
-                }
-            }
         }
+        if (assign_batch(b, size, offset, has_epoch, epoch, lat_topic, append_time, fix_obj != Py_None, fix,
+                         scanned_max, crc_fn, &bmax) < 0)
+            goto done;
         if (bmax > max_ts) {
             max_ts = bmax;
             off_of_max = last;
         }
-        PyObject *info_items[6] = {PyLong_FromSsize_t(pos), PyLong_FromSsize_t(size), PyLong_FromLongLong(offset),
-                                   PyLong_FromLongLong(last), PyLong_FromLongLong(bmax), PyLong_FromLongLong(last)};
-        PyObject *info = struct_of(info_type, 6, info_items);
+        PyObject *info = batch_info(info_type, pos, size, offset, last, bmax);
         if (!info)
             goto done;
         PyList_SET_ITEM(infos, i, info);
         count += records;
         offset = last + 1;
     }
-    PyObject *out[8] = {Py_NewRef(args[0]), PyLong_FromLongLong(next_offset), PyLong_FromLongLong(offset - 1),
-                        PyLong_FromLongLong(max_ts), PyLong_FromLongLong(off_of_max),
-                        PyLong_FromLongLong(append_time), PyLong_FromLongLong(count), Py_NewRef(infos)};
-    result = struct_of(result_type, 8, out);
+    result = validated(result_type, args[0], next_offset, offset, max_ts, off_of_max, append_time, count, infos);
+    infos = NULL; /* stolen */
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(infos);
+    return result;
+}
+
+/* at most this many batches in one validate_v2 call (one per partition is the rule from
+ * Produce v3 on); more go to the two-call path */
+#define FUSED_MAX_BATCHES 16
+
+/* validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window,
+ *             compact, segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms,
+ *             crc32c, info_type, result_type)
+ *   -> result_type(buf, ...) as assign_v2, or None
+ *
+ * scan_v2 and assign_v2 in one call, for a writable ``buf`` made entirely of batches
+ * scan_v2 takes (no trailing partial batch, at most FUSED_MAX_BATCHES of them, in all at
+ * most ``segment_bytes``, -1 for no limit): what Analysis.assign returns for it with
+ * ``in_place``, the append time max(now, last_append_time_ms) on a LogAppendTime topic.
+ * None, with ``buf`` untouched, for anything else: the two-call path then runs (and
+ * names any problem). */
+static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer view;
+    ScanRules rules;
+    long long segment_bytes, next_offset, last_append_time;
+    if (nargs != 15) {
+        PyErr_Format(PyExc_TypeError, "validate_v2 takes 15 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *epoch_obj = args[10], *crc_fn = args[12], *info_type = args[13], *result_type = args[14];
+    if (scan_rules(args, &rules) < 0 || arg_ll(args[8], &segment_bytes) < 0 || arg_ll(args[9], &next_offset) < 0
+        || arg_ll(args[11], &last_append_time) < 0)
+        return NULL;
+    if (!is_tuple_type(info_type) || !is_tuple_type(result_type)) {
+        PyErr_SetString(PyExc_TypeError, "validate_v2: info_type and result_type must be tuple subclasses");
+        return NULL;
+    }
+    int has_epoch = epoch_obj != Py_None;
+    long epoch = 0;
+    if (has_epoch && (epoch = PyLong_AsLong(epoch_obj)) == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {  /* read-only: the two-call path copies */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    struct { Py_ssize_t pos, size; int64_t true_max, header_max; } spans[FUSED_MAX_BATCHES];
+    Py_ssize_t n = 0, pos = 0, end = view.len;
+    PyObject *infos = NULL, *result = NULL;
+    uint8_t *buf = (uint8_t *)view.buf;
+    while (end - pos >= LOG_OVERHEAD) {
+        V2Header h;
+        int64_t true_max;
+        int rc = scan_batch(buf + pos, end - pos, &rules, crc_fn, &h, &true_max);
+        if (rc == SCAN_ERROR)
+            goto done;
+        if (rc != SCAN_TAKEN || n == FUSED_MAX_BATCHES)
+            goto other;
+        spans[n].pos = pos;
+        spans[n].size = (Py_ssize_t)h.length + LOG_OVERHEAD;
+        spans[n].true_max = true_max;
+        spans[n].header_max = h.max_ts;
+        pos += spans[n].size;
+        n++;
+    }
+    if (n == 0 || pos != end || (segment_bytes >= 0 && pos > segment_bytes))
+        goto other;
+    int64_t append_time = rules.lat_topic ? (rules.now > last_append_time ? rules.now : last_append_time) : -1;
+    if (!(infos = PyList_New(n)))
+        goto done;
+    int64_t offset = next_offset, max_ts = -1, off_of_max = -1, count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t *b = buf + spans[i].pos;
+        int64_t lod = be32(b + 23), last = offset + lod, bmax;
+        count += be32(b + 57);
+        int has_fix = !rules.lat_topic && spans[i].true_max != spans[i].header_max;
+        if (assign_batch(b, spans[i].size, offset, has_epoch, epoch, rules.lat_topic, append_time, has_fix,
+                         spans[i].true_max, spans[i].true_max, crc_fn, &bmax) < 0)
+            goto done;
+        if (bmax > max_ts) {
+            max_ts = bmax;
+            off_of_max = last;
+        }
+        PyObject *info = batch_info(info_type, spans[i].pos, spans[i].size, offset, last, bmax);
+        if (!info)
+            goto done;
+        PyList_SET_ITEM(infos, i, info);
+        offset = last + 1;
+    }
+    result = validated(result_type, args[0], next_offset, offset, max_ts, off_of_max, append_time, count, infos);
+    infos = NULL; /* stolen */
+    goto done;
+other:
+    result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&view);
     Py_XDECREF(infos);
@@ -963,6 +1130,10 @@ static PyMethodDef module_methods[] = {
      "assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic, "
      "append_time, info_type, crc32c, result_type) -> result_type(buf, next_offset, last_offset, max_timestamp, "
      "offset_of_max, append_time, count, infos)."},
+    {"validate_v2", (PyCFunction)(void (*)(void))validate_v2, METH_FASTCALL,
+     "validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
+     "segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms, crc32c, info_type, result_type) "
+     "-> result_type(...) as assign_v2, or None (see storage/validator.py)."},
     {"crc32c_small", crc32c_small, METH_O,
      "crc32c_small(data) -> int: the table CRC-32C scan_v2 and assign_v2 use below 2 KiB (for the tests)."},
     {NULL}

@@ -46,12 +46,14 @@ every check passing): it returns what the validator's own steps would compute, o
 for anything else, and the validator then runs those steps, which name the problem
 (``storage/validator.py``; the tests cross-check the two).  ``assign_v2`` is the
 validator's step 5 (offsets, leader epoch, LogAppendTime or corrected maxTimestamp, CRCs)
-as its Python loop does it.  Without the compiled module both are None.
+as its Python loop does it; ``validate_v2`` is both in one call, for a writable buffer
+of batches ``scan_v2`` takes whole (the produce path's common case).  Without the
+compiled module the three are None.
 """
 
 from __future__ import annotations
 
-__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED", "scan_v2", "assign_v2"]
+__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED", "scan_v2", "assign_v2", "validate_v2"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -217,7 +219,8 @@ class PyRecordWalker:
 
 
 try:
-    from protocol._recwalk import RecordWalker, WalkError, assign_v2, scan_v2  # type: ignore[attr-defined]
+    from protocol._recwalk import (  # type: ignore[attr-defined]
+        RecordWalker, WalkError, assign_v2, scan_v2, validate_v2)
 
     COMPILED = True
 except ImportError:  # no C compiler at install time: the reference serves
@@ -225,7 +228,7 @@ except ImportError:  # no C compiler at install time: the reference serves
     WalkError = PyWalkError  # type: ignore[misc]
     #: the validator's one-call path for plain batches (storage/validator.py); without
     #: the compiled module the validator's own steps serve every batch
-    scan_v2 = assign_v2 = None
+    scan_v2 = assign_v2 = validate_v2 = None
     COMPILED = False
 
 #: every error either walker raises

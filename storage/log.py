@@ -75,6 +75,7 @@ from storage import partition_metadata
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
+from storage.validator import rules_of, validate_common
 from storage.segment import (
     LogSegment,
     OffsetAndTimestamp,
@@ -646,6 +647,7 @@ class Log:
         flush_messages = getattr(config, "flush_messages", None)
         self._append_limits = (config.segment_bytes, _max_segment_ms(config),
                                flush_messages if flush_messages is not None else _NO_FLUSH)
+        self._validation_rules = rules_of(config)
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
@@ -661,6 +663,19 @@ class Log:
                                    in_place=in_place,
                                    max_records_bytes=max_records_bytes or DEFAULT_MAX_RECORDS_BYTES)
         return self.append_analysis(analysis, coordinator=coordinator)
+
+    def append_produced(self, records, now_ms: int) -> AppendInfo | None:
+        """The produce path's common case: ``records``, a writable buffer the caller gives
+        up (as :meth:`append` with ``in_place``), validated and given their offsets in one
+        compiled call (``storage.validator.validate_common``), then appended as
+        :meth:`append_validated` appends. None when they are not that case, with nothing
+        done: the caller then takes ``analyze_records`` and :meth:`append_analysis`, which
+        name any problem. Raises what append_validated raises."""
+        if self._closed:
+            return None
+        va = validate_common(records, self._validation_rules, now_ms, self._leo, self._last_append_time_ms,
+                             self._epochs.latest_epoch)
+        return None if va is None else self._append(va, now_ms, False)
 
     def append_analysis(self, analysis, *, coordinator: bool = False) -> AppendInfo:
         """Append a completed ``storage.validator.Analysis``: offsets from the log end,

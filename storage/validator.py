@@ -37,7 +37,9 @@ The common case (every batch v2 and uncompressed, none with the LogAppendTime at
 every check passing) takes one compiled call for steps 1-4 and one for step 5
 (``protocol.record_walk.scan_v2`` / ``assign_v2``, from ``protocol/_recwalk.c``); the
 scan answers None for anything else, and the Python steps below then run and name the
-problem. The Python steps are the reference: the tests check both give the same result.
+problem. Where the caller has the log end at hand and gives up a writable buffer (the
+produce path, :func:`validate_common`), steps 1-5 are one call (``validate_v2``). The
+Python steps are the reference: the tests check all give the same result.
 
 Legacy magic 0/1 message sets are up-converted to one v2 batch (keeping the codec);
 their wrappers are decompressed whole, at most ``LEGACY_MAX_FACTOR`` x
@@ -51,11 +53,11 @@ from typing import NamedTuple
 from config.topic_config import validation_rules_of
 from protocol import compression as C
 from protocol import records as R
-from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2
+from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2, validate_v2
 from storage import errors as E
 
 __all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
-           "DEFAULT_MAX_RECORDS_BYTES"]
+           "validate_common", "rules_of", "DEFAULT_MAX_RECORDS_BYTES"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -130,9 +132,30 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
 
     Raises the ``storage.errors`` exceptions listed in SPEC section 2.
     """
+    if in_place:
+        va = validate_common(records, rules_of(config), now_ms, next_offset, last_append_time_ms,
+                             partition_leader_epoch)
+        if va is not None:
+            return va
     analysis = analyze_records(records, config=config, now_ms=now_ms, in_place=in_place,
                                max_records_bytes=max_records_bytes)
     return analysis.assign(next_offset, last_append_time_ms, partition_leader_epoch)
+
+
+def validate_common(records, rules, now_ms: int, next_offset: int, last_append_time_ms: int = -1,
+                    partition_leader_epoch: int | None = None) -> "ValidatedAppend | None":
+    """``validate_records(records, in_place=True, ...)`` for the common case in one
+    compiled call (``validate_v2``): ``records`` writable and made only of v2 batches,
+    uncompressed, none with the LogAppendTime attribute, every check passing (at most 16
+    of them, no partial batch after them). ``rules``: :func:`rules_of` the topic's config.
+    None for anything else, ``records`` untouched: :func:`validate_records` /
+    :func:`analyze_records` then take them and name any problem."""
+    if validate_v2 is None:
+        return None
+    lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules
+    return validate_v2(records, max_message_bytes, lat_topic, now_ms, before, after, check_window, compact,
+                       -1 if segment_bytes is None else segment_bytes, next_offset, partition_leader_epoch,
+                       last_append_time_ms, R.crc32c, BatchInfo, ValidatedAppend)
 
 
 def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
@@ -316,11 +339,12 @@ class _BatchWalk:
         return walked
 
 
-def _rules(config) -> tuple[bool, int, int, bool, bool, int, int | None]:
+def rules_of(config) -> tuple[bool, int, int, bool, bool, int, int | None]:
     """The topic's validation rules (config.topic_config.validation_rules_of): cached on
     a TopicConfig, computed here for other configs (the tests' plain ones)."""
     rules = getattr(config, "validation_rules", None)
     return rules if rules is not None else validation_rules_of(config)
+
 
 
 #: an analysis's rebuilt batches before _conclude finds any (never written to)
@@ -345,7 +369,7 @@ class _V2Analysis(Analysis):
         self.rebuilt = _NO_REBUILDS
 
     def __init__(self, mv, config, now: int, in_place: bool, max_records_bytes: int) -> None:
-        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = _rules(config)
+        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules_of(config)
         batches = _shallow_v2(mv, max_message_bytes)
         self._start(mv, config, now, in_place, lat_topic, False, segment_bytes)
         self.spans = batches  # (position, header) of each batch, as they are
@@ -366,7 +390,7 @@ class _V2Analysis(Analysis):
         """The analysis of batches ``scan_v2`` takes in one call (all uncompressed, none
         with the LogAppendTime attribute, nothing to report or rebuild): the spans, fixes
         and maxes ``__init__`` and ``_conclude`` would compute. None for anything else."""
-        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = _rules(config)
+        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules_of(config)
         out = scan_v2(mv, max_message_bytes, lat_topic, now, before, after, check_window, compact,
                       R.BatchHeader, R.crc32c)
         if out is None:

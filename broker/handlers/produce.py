@@ -256,14 +256,19 @@ def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes):
         return _error(partition, code, str(exc))
     try:
         plog = lm.get_log(topic, partition)
-        analysis = analyze_records(records, config=plog.config, now_ms=ctx.clock.time_ms(), in_place=True,
-                                   max_records_bytes=max_records_bytes,
-                                   budget=SYNC_DECOMPRESS_BUDGET)
+        now = ctx.clock.time_ms()
+        # the common case (plain v2 batches, every check passing) in one call; None: not
+        # that case, nothing done, and the steps below take it and name any problem
+        info = plog.append_produced(records, now)
+        if info is None:
+            analysis = analyze_records(records, config=plog.config, now_ms=now, in_place=True,
+                                       max_records_bytes=max_records_bytes, budget=SYNC_DECOMPRESS_BUDGET)
+            if analysis.pending:
+                return _Deferred(plog, analysis, topic, partition, records)
+            info = plog.append_analysis(analysis)
     except Exception as exc:  # never crash the connection on one partition's failure
         return _refused(topic, partition, exc)
-    if analysis.pending:
-        return _Deferred(plog, analysis, topic, partition, records)
-    return _append_analyzed(ctx, plog, analysis, topic, partition, records)
+    return _appended(ctx, topic, partition, records, info)
 
 
 def _append_analyzed(ctx, plog, analysis, topic, partition, records):
@@ -271,14 +276,20 @@ def _append_analyzed(ctx, plog, analysis, topic, partition, records):
         info = plog.append_analysis(analysis)
     except Exception as exc:
         return _refused(topic, partition, exc)
-    base_offset, _last, log_append_time, log_start_offset, _count, _max, duplicate = info  # AppendInfo
+    return _appended(ctx, topic, partition, records, info)
+
+
+def _appended(ctx, topic, partition, records, info):
+    """The answer for ``info`` (an AppendInfo), the metrics and fetch waiters told."""
+    base_offset, _last, log_append_time, log_start_offset, _count, _max, duplicate = info
     if duplicate:
         log.debug("duplicate produce to %s-%d answered with the original base offset %d",
                   topic, partition, base_offset)
     else:
         metrics = ctx.metrics
         if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
-            metrics.appended(topic, records, info, not analysis.lat_topic, ctx.clock.time_ms())
+            # a CreateTime topic's append has no log append time (-1)
+            metrics.appended(topic, records, info, log_append_time < 0, ctx.clock.time_ms())
         ctx.notify_append(topic, partition)
     return _new_partition_response(
         index=partition,

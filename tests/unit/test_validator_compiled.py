@@ -1,12 +1,14 @@
-"""storage.validator's compiled paths (protocol/_recwalk.c ``scan_v2`` and ``assign_v2``)
-against the validator's own Python steps: the same outcome for every input, valid or not.
+"""storage.validator's compiled paths (protocol/_recwalk.c ``scan_v2``, ``assign_v2`` and
+``validate_v2``) against the validator's own Python steps: the same outcome for every
+input, valid or not.
 
 ``scan_v2`` takes the common case in one call (v2, uncompressed, no LogAppendTime
 attribute, every check passing) and answers None for anything else, leaving it to the
-reference steps; ``assign_v2`` is the reference's offset-assignment loop. Each case runs
-the validator twice, once as the broker runs it and once with both compiled paths
-switched off, and compares the appended bytes and fields, or the error's type, message
-and per-record errors."""
+reference steps; ``assign_v2`` is the reference's offset-assignment loop; ``validate_v2``
+(``validate_common``, the produce path's) is both in one call for a writable buffer. Each
+case runs the validator twice, once as the broker runs it and once with the compiled
+paths switched off, and compares the appended bytes and fields, or the error's type,
+message and per-record errors."""
 
 import struct
 from types import SimpleNamespace
@@ -47,6 +49,7 @@ def reference(monkeypatch, *args, **kw):
     with monkeypatch.context() as m:
         m.setattr(V, "scan_v2", None)
         m.setattr(V, "assign_v2", None)
+        m.setattr(V, "validate_v2", None)
         return outcome(*args, **kw)
 
 
@@ -54,9 +57,18 @@ def scanned(buf, config):
     return V._V2Analysis.scanned(memoryview(bytearray(buf)), config, NOW, True) is not None
 
 
+def one_call(buf, config):
+    """What validate_common makes of ``buf`` (None: not taken), and whether it left
+    ``buf`` as it was."""
+    data = bytearray(buf)
+    va = V.validate_common(data, V.rules_of(config), NOW, 5, -1, 3)
+    return va, bytes(data) == bytes(buf)
+
+
 def test_the_compiled_paths_are_built_and_used():
-    assert record_walk.COMPILED and V.scan_v2 is not None and V.assign_v2 is not None
+    assert record_walk.COMPILED and None not in (V.scan_v2, V.assign_v2, V.validate_v2)
     assert scanned(R.build_batch([(NOW, b"k", b"v")]), cfg())
+    assert one_call(R.build_batch([(NOW, b"k", b"v")]), cfg())[0] is not None
 
 
 def batch(timestamps, codec=0, keys=True, **kw):
@@ -120,14 +132,35 @@ CASES = [
 ]
 
 
+#: taken by scan_v2 but not by validate_v2 (which then leaves them to the two-call path)
+NOT_ONE_CALL = {"partial trailing batch", "longer than the segment"}
+
+
 @pytest.mark.parametrize("name,buf,config,fast", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("in_place", [True, False])
 def test_compiled_matches_reference(monkeypatch, name, buf, config, fast, in_place):
     assert scanned(buf, config) is fast
+    va, untouched = one_call(buf, config)
+    assert (va is not None) is (fast and name not in NOT_ONE_CALL)
+    assert untouched or va is not None  # what it does not take, it leaves as it was
     got = outcome(buf, config, in_place=in_place)
     assert got == reference(monkeypatch, buf, config, in_place=in_place)
     if fast and name != "longer than the segment":
         assert got[0] == "ok"
+
+
+def test_one_call_takes_up_to_16_batches(monkeypatch):
+    for n, taken in ((16, True), (17, False)):
+        buf = b"".join(batch([NOW - i]) for i in range(n))
+        va, untouched = one_call(buf, cfg())
+        assert (va is not None) is taken and untouched is not taken
+        assert outcome(buf, cfg()) == reference(monkeypatch, buf, cfg())
+
+
+def test_one_call_leaves_a_read_only_buffer_to_the_copying_path():
+    assert V.validate_common(GOOD, V.rules_of(cfg()), NOW, 0) is None
+    va = V.validate_records(GOOD, config=cfg(), next_offset=0, now_ms=NOW, in_place=True)
+    assert isinstance(va.buffer, bytearray) and va.record_count == 3
 
 
 def test_log_append_time_never_goes_back(monkeypatch):
