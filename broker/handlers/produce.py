@@ -48,10 +48,19 @@ log = logging.getLogger("chronolog.produce")
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 TopicResponse = ProduceResponse.TopicProduceResponse
 # the generated classes' _new: the same objects, without a class call's keyword dict
-# (every produce request makes these three)
+# (every produce request makes these three), called with their fields by position:
 _new_partition_response = PartitionResponse._new
 _new_topic_response = TopicResponse._new
 _new_produce_response = ProduceResponse._new
+# in this order (the schema's), which the calls below follow
+assert PartitionResponse._fields[:8] == ("index", "error_code", "base_offset", "log_append_time_ms",
+                                         "log_start_offset", "record_errors", "error_message", "current_leader")
+assert TopicResponse._fields[:2] == ("name", "partition_responses")
+assert ProduceResponse._fields[:2] == ("responses", "throttle_time_ms")
+#: the current_leader of every success answer: the default (no leader hint, a tagged field
+#: not written), one object for all instead of a LeaderIdAndEpoch made per partition;
+#: nothing here changes it after the answer is made
+_NO_LEADER_HINT = PartitionResponse.LeaderIdAndEpoch()
 
 
 def _error(index, code, message=None, record_errors=()):
@@ -88,7 +97,18 @@ def handle(ctx, header, request, session=None):
         return ProduceResponse(responses=responses, throttle_time_ms=0)
 
     txn_id = request.transactional_id
-    if txn_id is None and _has_transactional_records(request):
+    # (topic, partition, records) of each partition in request order, and whether any
+    # partition's first batch is transactional, in one pass
+    items = []
+    transactional = False
+    for t in request.topic_data:
+        name = t.name
+        for p in t.partition_data:
+            r = p.records
+            items.append((name, p.index, r))
+            if not transactional and _is_transactional(r):
+                transactional = True
+    if txn_id is None and transactional:
         # KafkaApis.handleProduceRequest: every partition gets the error
         for t in request.topic_data:
             responses.append(
@@ -111,10 +131,8 @@ def handle(ctx, header, request, session=None):
     # WRITE on each topic, before anything else about it (an unknown topic included)
     if ctx.authorizer is not None and session is not None:
         denied = ctx.unauthorized(session, A.WRITE, A.TOPIC, [t.name for t in request.topic_data], "Produce")
-        items = [(t.name, p.index, _DENIED if t.name in denied else p.records)
-                 for t in request.topic_data for p in t.partition_data]
-    else:  # no authorizer: every topic may be written
-        items = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+        if denied:
+            items = [(t, p, _DENIED if t in denied else r) for t, p, r in items]
     results: list = []
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
@@ -180,7 +198,7 @@ def _respond(ctx, request, acks, results):
     for t in request.topic_data:  # each topic's partitions' results, in request order
         parts = results[at:at + len(t.partition_data)]
         at += len(parts)
-        responses.append(_new_topic_response(name=t.name, partition_responses=parts))
+        responses.append(_new_topic_response(t.name, parts))  # name, partition_responses
         if metrics is not None:
             failed = False
             for r in parts:
@@ -190,7 +208,7 @@ def _respond(ctx, request, acks, results):
             metrics.produce_topic(t.name, failed)
     if acks == 0:
         return None
-    return _new_produce_response(responses=responses, throttle_time_ms=0)
+    return _new_produce_response(responses, 0)  # responses, throttle_time_ms
 
 
 def _refused(topic, partition, exc):
@@ -268,7 +286,7 @@ def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes):
             info = plog.append_analysis(analysis)
     except Exception as exc:  # never crash the connection on one partition's failure
         return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info)
+    return _appended(ctx, topic, partition, records, info, now)
 
 
 def _append_analyzed(ctx, plog, analysis, topic, partition, records):
@@ -276,11 +294,12 @@ def _append_analyzed(ctx, plog, analysis, topic, partition, records):
         info = plog.append_analysis(analysis)
     except Exception as exc:
         return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info)
+    return _appended(ctx, topic, partition, records, info, ctx.clock.time_ms())
 
 
-def _appended(ctx, topic, partition, records, info):
-    """The answer for ``info`` (an AppendInfo), the metrics and fetch waiters told."""
+def _appended(ctx, topic, partition, records, info, now_ms):
+    """The answer for ``info`` (an AppendInfo, appended at ``now_ms``), the metrics and
+    fetch waiters told."""
     base_offset, _last, log_append_time, log_start_offset, _count, _max, duplicate = info
     if duplicate:
         log.debug("duplicate produce to %s-%d answered with the original base offset %d",
@@ -289,27 +308,21 @@ def _appended(ctx, topic, partition, records, info):
         metrics = ctx.metrics
         if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
             # a CreateTime topic's append has no log append time (-1)
-            metrics.appended(topic, records, info, log_append_time < 0, ctx.clock.time_ms())
+            metrics.appended(topic, records, info, log_append_time < 0, now_ms)
         ctx.notify_append(topic, partition)
-    return _new_partition_response(
-        index=partition,
-        error_code=0,
-        base_offset=base_offset,
-        log_append_time_ms=log_append_time,
-        log_start_offset=log_start_offset,
-        record_errors=[],
-        error_message=None,
-    )
+    # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
+    # error_message, current_leader
+    return _new_partition_response(partition, 0, base_offset, log_append_time, log_start_offset, [], None,
+                                   _NO_LEADER_HINT)
 
 
-def _has_transactional_records(request) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of any partition is
+_HEADER_SIZE, _MAGIC_OFFSET, _TXN_ATTR_BYTE, _TXN_MASK = (
+    rec.HEADER_SIZE, rec.MAGIC_OFFSET, rec.ATTRIBUTES_OFFSET + 1, rec.TRANSACTIONAL_MASK)
+
+
+def _is_transactional(r) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords, for one partition: its first batch is
     a v2 batch with the transactional attribute."""
-    for t in request.topic_data:
-        for p in t.partition_data:
-            r = p.records
-            # magic 2, and the attributes' low byte (big-endian int16) has the bit
-            if (r is not None and len(r) >= rec.HEADER_SIZE and r[rec.MAGIC_OFFSET] == 2
-                    and r[rec.ATTRIBUTES_OFFSET + 1] & rec.TRANSACTIONAL_MASK):
-                return True
-    return False
+    # magic 2, and the attributes' low byte (big-endian int16) has the bit
+    return (r is not None and len(r) >= _HEADER_SIZE and r[_MAGIC_OFFSET] == 2
+            and r[_TXN_ATTR_BYTE] & _TXN_MASK) != 0

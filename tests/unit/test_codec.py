@@ -172,8 +172,9 @@ def _struct_classes():
 
 def test_new_makes_what_the_class_makes():
     """Every generated class's ``_new`` (a function, for hot paths) builds the object its
-    constructor builds: the same defaults, fresh mutable ones, the given values, and the
-    constructor's TypeError for a name that is not a field."""
+    constructor builds: the same defaults, fresh mutable ones, the given values (by name,
+    or by position in the order of ``_fields``), and the constructor's TypeError for a
+    name that is not a field."""
     checked = 0
     for cls in _struct_classes():
         assert cls._new() == cls(), cls
@@ -185,6 +186,8 @@ def test_new_makes_what_the_class_makes():
             made = cls._new(**values)
             assert type(made) is cls and made == cls(**values)
             assert all(getattr(made, f) is values[f] for f in fields)
+            by_position = cls._new(*[values[f] for f in fields])  # in the order of _fields
+            assert by_position == made and all(getattr(by_position, f) is values[f] for f in fields)
         for f in fields:
             if isinstance(getattr(cls(), f), list):
                 assert getattr(cls._new(), f) is not getattr(cls._new(), f)
