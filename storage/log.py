@@ -66,7 +66,7 @@ import struct
 import time
 from typing import NamedTuple
 
-from protocol.records import parse_batch_header
+from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
@@ -96,6 +96,8 @@ SWAP_SUFFIX = ".swap"
 _TIMESTAMP_TYPE_BIT = 0x08
 _PRODUCER_ID_OFFSET = 43  # of the int64 producerId in a v2 batch header
 _I64 = struct.Struct(">q")
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (at 43)
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # of the big-endian int16 attributes
 
 
 class AppendInfo(NamedTuple):
@@ -558,11 +560,11 @@ class Log:
         buf = va.buffer
         out = []
         for b in va.batches:
-            if _I64.unpack_from(buf, b.position + _PRODUCER_ID_OFFSET)[0] >= 0:
-                hdr = parse_batch_header(buf, b.position)
-                out.append(ProducerBatch(hdr.producer_id, hdr.producer_epoch, hdr.base_sequence,
-                                         b.base_offset, b.last_offset, b.max_timestamp,
-                                         bool(hdr.is_transactional)))
+            pos = b.position
+            pid, epoch, base_seq = _PRODUCER_FIELDS.unpack_from(buf, pos + _PRODUCER_ID_OFFSET)
+            if pid >= 0:
+                out.append(ProducerBatch(pid, epoch, base_seq, b.base_offset, b.last_offset, b.max_timestamp,
+                                         bool(buf[pos + _ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_MASK)))
         return out
 
     @property

@@ -73,6 +73,7 @@ log end deleted on truncation and on load.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import re
@@ -141,6 +142,10 @@ class BatchMetadata(NamedTuple):
     @property
     def first_offset(self) -> int:
         return self.last_offset - self.offset_delta
+
+
+#: BatchMetadata from a tuple of its fields, without the NamedTuple's Python __new__
+_new_batch_metadata = functools.partial(tuple.__new__, BatchMetadata)
 
 
 class ProducerBatch(NamedTuple):
@@ -213,7 +218,7 @@ class ProducerStateEntry:
         if epoch != self.producer_epoch:
             return None
         for b in self.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
+            if b.last_seq == last_seq and b.first_seq == first_seq:  # the field, then the property
                 return b
         return None
 
@@ -221,7 +226,7 @@ class ProducerStateEntry:
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
-        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.batches.append(_new_batch_metadata((last_seq, last_offset, offset_delta, timestamp)))
         self.last_timestamp = timestamp
 
     def __eq__(self, other) -> bool:
@@ -264,10 +269,10 @@ def check_batch(current: ProducerStateEntry, updated: ProducerStateEntry, b: Pro
                 f"{epoch} (request epoch), {first_seq} (seq. number), {updated.producer_epoch} "
                 f"(current producer epoch)")
         return
-    if not updated.is_empty:
-        last = updated.last_seq
+    if updated.batches:  # the properties is_empty and last_seq, read directly
+        last = updated.batches[-1].last_seq
     elif epoch == current.producer_epoch:
-        last = current.last_seq
+        last = current.batches[-1].last_seq if current.batches else NO_SEQUENCE
     else:
         last = NO_SEQUENCE
     if current.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last, first_seq):
@@ -517,9 +522,10 @@ class ProducerStateManager:
         for b in batches:
             if b.producer_id < 0:
                 continue
+            last_seq = b.last_sequence
             current = self.producers.get(b.producer_id)
             if current is not None and not coordinator:
-                dup = current.find_duplicate(b.producer_epoch, b.base_sequence, b.last_sequence)
+                dup = current.find_duplicate(b.producer_epoch, b.base_sequence, last_seq)
                 if dup is not None:
                     return {}, dup
             if b.is_transactional and not self.transactions_enabled:
@@ -539,8 +545,7 @@ class ProducerStateManager:
                 check_epoch(b.producer_id, b.producer_epoch, upd.producer_epoch, b.first_offset, self.tp)
             else:
                 check_batch(cur, upd, b, self.tp)
-            upd.add_batch(b.producer_epoch, b.last_sequence, b.last_offset, b.last_offset - b.first_offset,
-                          b.max_timestamp)
+            upd.add_batch(b.producer_epoch, last_seq, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp)
             _track_transaction(upd, b, self.tp)
         return {pid: upd for pid, (_cur, upd) in updates.items()}, None
 
