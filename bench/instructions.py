@@ -13,8 +13,10 @@ from a small shim compiled here with ``cc``).
     make bench-instructions
 
 Shapes: ``one-record`` (one v2 batch of one 100 B record per request, metrics off and
-on) and ``100-partitions`` (one record in each of 100 partitions per request; reported
-per partition). ``--root`` measures another checkout with this virtualenv (for
+on), ``one-record-idempotent`` (the same from an idempotent producer: a producer id and
+the next sequence number in each batch, as the Java client sends by default) and
+``100-partitions`` (one record in each of 100 partitions per request; reported per
+partition). ``--root`` measures another checkout with this virtualenv (for
 example a ``git worktree`` of an older commit, its C extensions built), so two commits
 compare on one machine. The counts are instructions, not time: the kernel's share of
 the ``pwrite`` is not in them, and an instruction that misses the cache costs more
@@ -44,14 +46,15 @@ void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
 """
 
-SHAPES = {  # name: (partitions per request, metrics on, share of --requests counted)
-    "one-record": (1, False, 1),
-    "one-record-metrics": (1, True, 1),
-    "100-partitions": (100, False, 0.1),  # a tenth as many requests: ten times the partitions
+SHAPES = {  # name: (partitions per request, metrics on, share of --requests counted, idempotent)
+    "one-record": (1, False, 1, False),
+    "one-record-metrics": (1, True, 1, False),
+    "one-record-idempotent": (1, False, 1, True),
+    "100-partitions": (100, False, 0.1, False),  # a tenth as many requests: ten times the partitions
 }
 
 
-def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int) -> None:
+def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int, idempotent: bool) -> None:
     """Runs under valgrind: a broker context in this process, ``requests`` produce
     requests dispatched between the shim's start and stop."""
     import ctypes
@@ -79,14 +82,20 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
         dispatcher = Dispatcher(ctx)
         ts = clock.time_ms() - 1000
         value = bytes(range(100))
-        req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
-            ProduceRequest.TopicProduceData(name="bench", partition_data=[
-                ProduceRequest.PartitionProduceData(index=p, records=build_batch([(ts, None, value)]))
-                for p in range(partitions)])])
         header = RequestHeader(api_key=0, api_version=9, correlation_id=1, client_id="bench")
-        frame = codec.encode_request(header, req)[4:]
+
+        def frame(seq: int) -> bytes:  # seq: the idempotent producer's sequence number
+            producer = dict(producer_id=4242, producer_epoch=0, base_sequence=seq) if idempotent else {}
+            req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+                ProduceRequest.TopicProduceData(name="bench", partition_data=[
+                    ProduceRequest.PartitionProduceData(index=p, records=build_batch([(ts, None, value)], **producer))
+                    for p in range(partitions)])])
+            return codec.encode_request(header, req)[4:]
+
         conn = _Conn()
-        frames = [memoryview(bytearray(frame)) for _ in range(requests + 50)]  # patched in place: one each
+        # patched in place: one each; an idempotent producer's each with its next sequence
+        frames = ([memoryview(bytearray(frame(i))) for i in range(requests + 50)] if idempotent
+                  else [memoryview(bytearray(frame(0))) for _ in range(requests + 50)])
         for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
             assert dispatcher.dispatch(conn, view)
         work = frames[50:]
@@ -94,19 +103,22 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
         for view in work:
             dispatcher.dispatch(conn, view)
         cg.cg_stop()
+        appended = lm.get_log("bench", 0).log_end_offset
+        if appended != len(frames):  # every request appended (none refused, none a duplicate)
+            raise SystemExit(f"{appended} of {len(frames)} produce requests appended")
         lm.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int:
-    partitions, metrics_on, _share = SHAPES[shape]
+    partitions, metrics_on, _share, idempotent = SHAPES[shape]
     out = os.path.join(workdir, "cg.out")
     for f in Path(workdir).glob("cg.out*"):
         f.unlink()
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
            sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
-           str(requests)]
+           str(requests), "1" if idempotent else "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     dumps = sorted(p for p in Path(workdir).glob("cg.out.*"))
     if proc.returncode != 0 or not dumps:
@@ -119,8 +131,8 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        root, shim, partitions, metrics_on, requests = sys.argv[2:7]
-        _child(root, shim, int(partitions), metrics_on == "1", int(requests))
+        root, shim, partitions, metrics_on, requests, idempotent = sys.argv[2:8]
+        _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000,
@@ -147,7 +159,7 @@ def main() -> int:
         subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", shim, src], check=True)
         for shape in shapes:
             t = time.perf_counter()
-            partitions, _metrics, share = SHAPES[shape]
+            partitions, _metrics, share, _idempotent = SHAPES[shape]
             requests = max(1, int(args.requests * share))
             total = _count(root, shim, shape, requests, workdir)
             results[shape] = {"requests": requests, "instructions": total, "per_request": total / requests,
