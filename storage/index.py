@@ -3,6 +3,8 @@
 An index file is an array of fixed-size big-endian entries, memory-mapped for reads and
 writes (writes go to the page cache through the mapping; ``flush()`` forces them to
 disk).  Entry formats live in :mod:`storage.offset_index` and :mod:`storage.time_index`.
+The map is made on first use, not at open, and is one of the handles the open-files
+bound (:mod:`storage.open_files`) may release; it is made again on the next use.
 
 Life cycle (as in Kafka's ``AbstractIndex``):
 
@@ -87,9 +89,10 @@ class AbstractIndex:
                         f"must be >= the entry size {self.ENTRY_SIZE}")
                 os.ftruncate(fd, _round_down(self.max_index_size, self.ENTRY_SIZE))
             length = os.fstat(fd).st_size
-            self._map(fd, length)
         finally:
             os.close(fd)
+        # mapped on first use (_mm), not here: the index of a segment nobody reads and
+        # that has had no entry yet (every new segment, most idle ones) holds no descriptor
         self.length = length
         self.max_entries = length // self.ENTRY_SIZE
         # Kafka's way: a new index is empty; an existing one is assumed full of valid
