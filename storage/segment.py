@@ -288,24 +288,28 @@ class LogSegment:
     def append_unindexed(self, buf, last_offset: int, max_timestamp: int, now_ms: int,
                          segment_bytes: int, segment_ms: int) -> bool:
         """The common append in one call: ``buf`` holds one batch (offsets assigned, the
-        last ``last_offset``, its max timestamp ``max_timestamp``) for a segment that
-        already holds batches, needs no roll for it (:meth:`should_roll` is false) and
-        gets no index entry for it (``index.interval.bytes`` not yet passed): what
+        last ``last_offset``, its max timestamp ``max_timestamp``) for a segment that is
+        empty or needs no roll for it (:meth:`should_roll` is false) and that gets no
+        index entry for it (``index.interval.bytes`` not yet passed): what
         ``should_roll`` and :meth:`append` would do for it, without their calls. Returns
         False when any of that does not hold, having done nothing: the caller then takes
         the general path (``should_roll``, a roll, ``append``)."""
         current = self._size
         n = len(buf)
-        if (current == 0 or current > segment_bytes - n
+        if (current > segment_bytes - n
                 or self._bytes_since_last_index_entry > self.index_interval_bytes
                 or not 0 <= last_offset - self.base_offset <= _INT32_MAX):
             return False
-        ts = self._rolling_ts  # time_waited_for_roll, when the first batch's timestamp is known
-        if ts is _UNKNOWN or ts is None:
-            return False
-        waited = max_timestamp - ts if ts >= 0 else now_ms - self.created_ms
-        if waited > segment_ms - self.roll_jitter_ms or self.offset_index.is_full() or self.time_index.is_full():
-            return False
+        if current:
+            ts = self._rolling_ts  # time_waited_for_roll, when the first batch's timestamp is known
+            if ts is _UNKNOWN or ts is None:
+                return False
+            waited = max_timestamp - ts if ts >= 0 else now_ms - self.created_ms
+            if (waited > segment_ms - self.roll_jitter_ms or self.offset_index.is_full()
+                    or self.time_index.is_full()):
+                return False
+        else:  # the first batch: nothing to roll (the log rolls only a segment with data)
+            self._rolling_ts = max_timestamp
         self._write_at(buf, current)
         self._size = current + n
         if max_timestamp > self._max_ts:

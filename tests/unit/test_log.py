@@ -488,8 +488,9 @@ _ROLLS = {
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("rolls", sorted(_ROLLS))
 def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, rolls):
-    """LogSegment.append_unindexed (one batch, no roll, no index entry due) leaves the
-    same files and state as should_roll + roll + append do for the same appends: random
+    """LogSegment.append_unindexed (one batch, no roll, no index entry due; the first
+    batch of a segment too) leaves the same files and state as should_roll + roll +
+    append do for the same appends: random
     sizes crossing index.interval.bytes, timestamps going back and forward (time index
     entries, max timestamps), rolls by segment.bytes, by segment.ms and by full indexes,
     multi-batch appends and batches with a producer id in between."""
@@ -505,7 +506,7 @@ def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, r
                       segment_index_bytes=index_bytes, index_interval_bytes=300)
         if not one_call:  # the general path only
             monkeypatch.setattr(LogSegment, "append_unindexed", lambda self, *a: False)
-        used = 0
+        used = first = 0
         t = 1_700_000_000_000
         seq = 0
         for i in range(400):
@@ -521,17 +522,19 @@ def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, r
                 seq += len(recs)
             else:
                 batches = [build_batch(recs)]
-            before = log.active_segment.size
+            before = (log.active_segment, log.active_segment.size)
             append(log, batches)
-            if one_call and len(batches) == 1 and 0 < before < log.active_segment.size:
+            if one_call and len(batches) == 1 and before == (log.active_segment, 0):
+                first += 1  # the first batch of a segment (that it did not roll)
+            elif one_call and len(batches) == 1 and before[0] is log.active_segment:
                 used += 1
         state = _segment_state(log)
         monkeypatch.undo()
         log.close()
-        return state, len(log.segments), used
+        return state, len(log.segments), used, first
 
-    fast, n_fast, used = run("fast-0", True)
-    slow, n_slow, _ = run("slow-0", False)
+    fast, n_fast, used, first = run("fast-0", True)
+    slow, n_slow, _, _ = run("slow-0", False)
     assert fast == slow
     assert n_fast == n_slow > 5  # rolls happened
-    assert used > 150
+    assert used > 150 and first >= 1
