@@ -157,6 +157,9 @@ class Log:
         self._bases: list[int] = []
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        #: called with this log when a segment is set aside for deletion (the log manager
+        #: then visits it for delete_due_files, instead of every log)
+        self.on_pending_delete = None
         # the topic id this directory belongs to (partition.metadata, KIP-516); the log
         # manager has already set aside a directory recorded with another id, and says
         # (topic_id_recorded) when it read this one's file and found the id there
@@ -814,6 +817,8 @@ class Log:
         for seg in old:
             seg.rename_to_deleted()
             self._pending_deletes.append((now + delay, seg))
+        if self.on_pending_delete is not None:
+            self.on_pending_delete(self)
         hook("deleted")
         new.change_file_suffixes(SWAP_SUFFIX, "", hook=hook)
         self._segments[i:i + k] = [new]
@@ -932,6 +937,8 @@ class Log:
                         seg.largest_timestamp, reason)
             seg.rename_to_deleted()
             self._pending_deletes.append((now_ms + delay, seg))
+        if self.on_pending_delete is not None:
+            self.on_pending_delete(self)
         self._producer_state.delete_snapshots_for(seg.base_offset for seg in deletable)
         self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
         return k

@@ -164,6 +164,9 @@ class LogManager:
         # partitions not loaded yet (_PendingLog: a cleanly shut down log dir's, a deferred
         # topic's not made yet): loaded on first use (get_log, logs()) or by load_pending()
         self._pending: dict[tuple[str, int], _PendingLog] = {}
+        # the logs with segments set aside for deletion (Log.on_pending_delete): what
+        # delete_due_files visits every tick, instead of every log
+        self._deleting: set[Log] = set()
         # called when create_topic(defer=True) leaves partitions for load_pending (the
         # broker wakes its background loader)
         self.on_deferred: list[Callable[[], None]] = []
@@ -326,7 +329,14 @@ class LogManager:
             had_clean_shutdown=clean, producer_id_expiration_ms=self._pid_expiration_ms(),
             leader_epoch=LEADER_EPOCH, topic_id=info.topic_id, topic_id_recorded=recorded,
             sync_new_files=sync_new_files)
+        self._adopt(log)
         return log
+
+    def _adopt(self, log: Log) -> None:
+        """What the manager does for each log it opens or makes: hears of its deleted segments."""
+        log.on_pending_delete = self._deleting.add
+        if log.pending_deletes:
+            self._deleting.add(log)
 
     def _load_deferred(self, key: tuple[str, int]) -> Log | None:
         pending = self._pending.pop(key, None)
@@ -506,6 +516,7 @@ class LogManager:
                 log = Log(path, topic_config, self.clock, topic=name, partition=p,
                           producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
                           topic_id=info.topic_id, sync_new_files=False)
+                self._adopt(log)
                 self._logs[(name, p)] = log
                 created.append(log)
             # the new directories and files made durable together (not two fsyncs and a
@@ -781,15 +792,20 @@ class LogManager:
         return deleted
 
     def delete_due_files(self) -> int:
-        """Remove the files of deleted segments whose ``file.delete.delay.ms`` passed."""
+        """Remove the files of deleted segments whose ``file.delete.delay.ms`` passed
+        (visiting only the logs that have some: a tick costs nothing per idle partition)."""
         now = self.clock.time_ms()
         n = 0
-        for log in list(self._logs.values()):
-            if log.pending_deletes:
+        for log in list(self._deleting):
+            if log.pending_deletes and self._logs.get((log.topic, log.partition)) is log:
                 try:
                     n += log.delete_due_files(now)
                 except OSError:
                     logger.exception("could not remove deleted segment files of %r", log)
+                    continue
+                if log.pending_deletes:
+                    continue
+            self._deleting.discard(log)  # none left, or no longer this manager's
         return n
 
     # ------------------------------------------------------------------ checkpoints
@@ -930,6 +946,7 @@ class LogManager:
                 log = Log(path, info.config, self.clock, topic=name, partition=p,
                           producer_id_expiration_ms=self._pid_expiration_ms(), leader_epoch=LEADER_EPOCH,
                           topic_id=info.topic_id)
+                self._adopt(log)
                 self._logs[(name, p)] = log
                 created.append(log)
             info.num_partitions = new_total

@@ -207,6 +207,30 @@ def test_retention_pass_checkpoints_the_new_log_start_offset(tmp_path):
     assert not [f for f in os.listdir(log.dir) if f.endswith(".deleted")]
 
 
+def test_the_deletion_tick_visits_only_logs_with_deleted_segments(tmp_path, monkeypatch):
+    """delete_due_files runs every 200 ms: it visits the logs that set segments aside
+    (retention here), not each of the broker's partitions, and forgets a log once its
+    files are gone."""
+    clock = ManualClock(NOW)
+    m = manager(tmp_path, clock)
+    m.create_topic("a", 1)
+    m.create_topic("idle", 50)
+    log = m.get_log("a", 0)
+    fill(log, 30, t0=NOW - 10 * 24 * 3600 * 1000)
+    fill(log, 1, t0=NOW)
+    deleted = m.cleanup_logs()
+    assert deleted > 0
+    visited = []  # the logs whose pending deletions a tick looks at
+    real = Log.pending_deletes
+    monkeypatch.setattr(Log, "pending_deletes", property(lambda self: visited.append(self) or real.fget(self)))
+    assert m.delete_due_files() == 0 and set(visited) == {log}  # not due yet
+    clock.advance(log.config.file_delete_delay_ms)
+    visited.clear()
+    assert m.delete_due_files() == deleted and set(visited) == {log}
+    visited.clear()
+    assert m.delete_due_files() == 0 and visited == []  # forgotten: nothing left
+
+
 # --------------------------------------------------------------------------- KIP-33 migration
 @pytest.mark.parametrize("clean", [True, False])
 def test_missing_time_index_of_a_segment_without_timestamps_is_migrated(tmp_path, clean):
