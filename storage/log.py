@@ -96,6 +96,7 @@ SWAP_SUFFIX = ".swap"
 _TIMESTAMP_TYPE_BIT = 0x08
 _PRODUCER_ID_OFFSET = 43  # of the int64 producerId in a v2 batch header
 _I64 = struct.Struct(">q")
+_LONG_MAX = (1 << 63) - 1
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (at 43)
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # of the big-endian int16 attributes
 
@@ -157,9 +158,10 @@ class Log:
         self._bases: list[int] = []
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        #: called with this log when a segment is set aside for deletion (the log manager
-        #: then visits it for delete_due_files, instead of every log)
-        self.on_pending_delete = None
+        #: called with this log when it may have background work: a segment rolled (to
+        #: fsync), a segment set aside for deletion, a config with a flush.ms. The log
+        #: manager's periodic passes visit such logs (has_background_work) instead of all
+        self.on_background = None
         # the topic id this directory belongs to (partition.metadata, KIP-516); the log
         # manager has already set aside a directory recorded with another id, and says
         # (topic_id_recorded) when it read this one's file and found the id there
@@ -653,6 +655,12 @@ class Log:
         self._append_limits = (config.segment_bytes, _max_segment_ms(config),
                                flush_messages if flush_messages is not None else _NO_FLUSH)
         self._validation_rules = rules_of(config)
+        flush_ms = getattr(config, "flush_ms", None)
+        #: flush.ms, None for never (Kafka's default, Long.MAX_VALUE)
+        self.flush_interval_ms = flush_ms if flush_ms is not None and flush_ms < _LONG_MAX else None
+        on_background = getattr(self, "on_background", None)
+        if on_background is not None and self.flush_interval_ms is not None:
+            on_background(self)
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
@@ -784,6 +792,8 @@ class Log:
         # (fsync'd with the next flush, as Kafka defers it to its flush of the old segment)
         self._producer_state.map_end_offset = new_base_offset
         self._producer_state.take_snapshot(sync=False)
+        if self.on_background is not None:  # the rolled segment is to be fsync'd
+            self.on_background(self)
         return new
 
     # ------------------------------------------------------------------ compaction
@@ -817,8 +827,8 @@ class Log:
         for seg in old:
             seg.rename_to_deleted()
             self._pending_deletes.append((now + delay, seg))
-        if self.on_pending_delete is not None:
-            self.on_pending_delete(self)
+        if self.on_background is not None:
+            self.on_background(self)
         hook("deleted")
         new.change_file_suffixes(SWAP_SUFFIX, "", hook=hook)
         self._segments[i:i + k] = [new]
@@ -937,8 +947,8 @@ class Log:
                         seg.largest_timestamp, reason)
             seg.rename_to_deleted()
             self._pending_deletes.append((now_ms + delay, seg))
-        if self.on_pending_delete is not None:
-            self.on_pending_delete(self)
+        if self.on_background is not None:
+            self.on_background(self)
         self._producer_state.delete_snapshots_for(seg.base_offset for seg in deletable)
         self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
         return k
@@ -1075,6 +1085,8 @@ class Log:
         self._leo = offset
         self._hw = min(self._hw, offset)
         self.recovery_point = min(self.recovery_point, offset)
+        if self.on_background is not None:  # segments before the recovery point may be unsynced
+            self.on_background(self)
         current = self._epochs.latest_epoch
         self._epochs.truncate_from_end(offset)
         if current is not None and self._epochs.latest_epoch != current:
@@ -1099,6 +1111,12 @@ class Log:
         self._producer_state.sync_snapshots(offset)
         self.recovery_point = max(rp, offset)
         self.last_flush_ms = self.clock.monotonic_ms()
+
+    def has_background_work(self) -> bool:
+        """Whether the log manager's periodic passes have anything to do here: segment
+        files to delete later, rolled segments not yet fsync'd, a flush.ms to keep."""
+        return (bool(self._pending_deletes) or self.flush_interval_ms is not None
+                or self.recovery_point < self._segments[-1].base_offset)
 
     def flush_rolled_segments(self) -> bool:
         """fsync segments rolled since the last flush (Kafka's flush on roll)."""

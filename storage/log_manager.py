@@ -164,9 +164,9 @@ class LogManager:
         # partitions not loaded yet (_PendingLog: a cleanly shut down log dir's, a deferred
         # topic's not made yet): loaded on first use (get_log, logs()) or by load_pending()
         self._pending: dict[tuple[str, int], _PendingLog] = {}
-        # the logs with segments set aside for deletion (Log.on_pending_delete): what
-        # delete_due_files visits every tick, instead of every log
-        self._deleting: set[Log] = set()
+        # the logs that may have background work (Log.on_background): what flush_due and
+        # delete_due_files visit, instead of every log; a log leaves once it has none
+        self._background: set[Log] = set()
         # called when create_topic(defer=True) leaves partitions for load_pending (the
         # broker wakes its background loader)
         self.on_deferred: list[Callable[[], None]] = []
@@ -333,10 +333,20 @@ class LogManager:
         return log
 
     def _adopt(self, log: Log) -> None:
-        """What the manager does for each log it opens or makes: hears of its deleted segments."""
-        log.on_pending_delete = self._deleting.add
-        if log.pending_deletes:
-            self._deleting.add(log)
+        """What the manager does for each log it opens or makes: hears of its background
+        work from now on, and looks at it once in the next periodic passes."""
+        log.on_background = self._background.add
+        self._background.add(log)
+
+    def _background_logs(self) -> list[Log]:
+        """The logs that may have background work and are still this manager's."""
+        out = []
+        for log in list(self._background):
+            if not log.closed and self._logs.get((log.topic, log.partition)) is log:
+                out.append(log)
+            else:
+                self._background.discard(log)
+        return out
 
     def _load_deferred(self, key: tuple[str, int]) -> Log | None:
         pending = self._pending.pop(key, None)
@@ -760,19 +770,20 @@ class LogManager:
 
     # ------------------------------------------------------------------ flushing
     def flush_due(self) -> int:
-        """Periodic flush policy: rolled segments, and ``flush.ms`` per log.  Returns logs flushed."""
+        """Periodic flush policy: rolled segments, and ``flush.ms`` per log (visiting the
+        logs that may have background work, not every log).  Returns logs flushed."""
         now = self.clock.monotonic_ms()
         flushed = 0
-        for log in self._logs.values():
-            if log.closed:
-                continue
+        for log in self._background_logs():
             did = log.flush_rolled_segments()
-            flush_ms = getattr(log.config, "flush_ms", None)
+            flush_ms = log.flush_interval_ms
             if (flush_ms is not None and log.unflushed_messages > 0
                     and now - log.last_flush_ms >= flush_ms):
                 log.flush()
                 did = True
             flushed += did
+            if not log.has_background_work():
+                self._background.discard(log)
         return flushed
 
     # ------------------------------------------------------------------ retention
@@ -793,19 +804,19 @@ class LogManager:
 
     def delete_due_files(self) -> int:
         """Remove the files of deleted segments whose ``file.delete.delay.ms`` passed
-        (visiting only the logs that have some: a tick costs nothing per idle partition)."""
+        (visiting the logs that may have background work: a tick costs nothing per idle
+        partition)."""
         now = self.clock.time_ms()
         n = 0
-        for log in list(self._deleting):
-            if log.pending_deletes and self._logs.get((log.topic, log.partition)) is log:
+        for log in self._background_logs():
+            if log.pending_deletes:
                 try:
                     n += log.delete_due_files(now)
                 except OSError:
                     logger.exception("could not remove deleted segment files of %r", log)
                     continue
-                if log.pending_deletes:
-                    continue
-            self._deleting.discard(log)  # none left, or no longer this manager's
+            if not log.has_background_work():
+                self._background.discard(log)
         return n
 
     # ------------------------------------------------------------------ checkpoints

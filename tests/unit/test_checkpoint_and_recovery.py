@@ -207,28 +207,51 @@ def test_retention_pass_checkpoints_the_new_log_start_offset(tmp_path):
     assert not [f for f in os.listdir(log.dir) if f.endswith(".deleted")]
 
 
-def test_the_deletion_tick_visits_only_logs_with_deleted_segments(tmp_path, monkeypatch):
-    """delete_due_files runs every 200 ms: it visits the logs that set segments aside
-    (retention here), not each of the broker's partitions, and forgets a log once its
-    files are gone."""
+def _spy_visits(monkeypatch, name):
+    """The logs whose ``name`` (a property or method of Log) the periodic passes read."""
+    visited = []
+    real = getattr(Log, name)
+    if isinstance(real, property):
+        monkeypatch.setattr(Log, name, property(lambda self: visited.append(self) or real.fget(self)))
+    else:
+        monkeypatch.setattr(Log, name, lambda self, *a: visited.append(self) or real(self, *a))
+    return visited
+
+
+def test_the_periodic_passes_visit_only_logs_with_background_work(tmp_path, monkeypatch):
+    """delete_due_files (every 200 ms) and flush_due (every second) visit the logs that
+    rolled, set segments aside or have a flush.ms, not each of the broker's partitions,
+    and forget a log once it has nothing left for them."""
     clock = ManualClock(NOW)
     m = manager(tmp_path, clock)
     m.create_topic("a", 1)
     m.create_topic("idle", 50)
-    log = m.get_log("a", 0)
-    fill(log, 30, t0=NOW - 10 * 24 * 3600 * 1000)
+    m.create_topic("timed", 1)
+    log, timed = m.get_log("a", 0), m.get_log("timed", 0)
+    fill(log, 30, t0=NOW - 10 * 24 * 3600 * 1000)  # rolls: segments to fsync
     fill(log, 1, t0=NOW)
+    flushes = _spy_visits(monkeypatch, "flush_rolled_segments")
+    m.flush_due()  # the first pass looks at every log once
+    flushes.clear()
+    m.flush_due()
+    assert flushes == []  # the rolled segments were fsync'd: nothing left to flush
+    timed.update_config(topic_config(segment_bytes=2000, flush_ms=1000))  # a flush.ms: visited from now on
+    fill(timed, 1, t0=NOW)
+    m.flush_due()
+    assert set(flushes) == {timed}
     deleted = m.cleanup_logs()
     assert deleted > 0
-    visited = []  # the logs whose pending deletions a tick looks at
-    real = Log.pending_deletes
-    monkeypatch.setattr(Log, "pending_deletes", property(lambda self: visited.append(self) or real.fget(self)))
-    assert m.delete_due_files() == 0 and set(visited) == {log}  # not due yet
+    deletes = _spy_visits(monkeypatch, "pending_deletes")
+    m.delete_due_files()
+    deletes.clear()
+    # the log that set segments aside (not due yet), and the one with a flush.ms
+    assert m.delete_due_files() == 0 and set(deletes) == {log, timed}
     clock.advance(log.config.file_delete_delay_ms)
-    visited.clear()
-    assert m.delete_due_files() == deleted and set(visited) == {log}
-    visited.clear()
-    assert m.delete_due_files() == 0 and visited == []  # forgotten: nothing left
+    deletes.clear()
+    assert m.delete_due_files() == deleted and set(deletes) == {log, timed}
+    deletes.clear()
+    assert m.delete_due_files() == 0 and set(deletes) == {timed}  # forgotten: nothing left
+    assert not [f for f in os.listdir(log.dir) if f.endswith(".deleted")]
 
 
 # --------------------------------------------------------------------------- KIP-33 migration
