@@ -684,6 +684,15 @@ static int arg_bool(PyObject *o, int *out) {
     return *out < 0 ? -1 : 0;
 }
 
+/* a partition leader epoch argument: None (leave it) or an int */
+static int arg_epoch(PyObject *o, int *has_epoch, long *epoch) {
+    *has_epoch = o != Py_None;
+    *epoch = 0;
+    if (*has_epoch && (*epoch = PyLong_AsLong(o)) == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
 static int is_tuple_type(PyObject *t) {
     return PyType_Check(t) && PyType_IsSubtype((PyTypeObject *)t, &PyTuple_Type);
 }
@@ -969,9 +978,9 @@ static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "assign_v2: spans, fixes and maxes differ in length, or info_type is not a tuple subclass");
         goto done;
     }
-    int has_epoch = epoch_obj != Py_None;
-    long epoch = 0;
-    if (has_epoch && (epoch = PyLong_AsLong(epoch_obj)) == -1 && PyErr_Occurred())
+    int has_epoch;
+    long epoch;
+    if (arg_epoch(epoch_obj, &has_epoch, &epoch) < 0)
         goto done;
     if (!(infos = PyList_New(n)))
         goto done;
@@ -1060,9 +1069,9 @@ static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "validate_v2: info_type and result_type must be tuple subclasses");
         return NULL;
     }
-    int has_epoch = epoch_obj != Py_None;
-    long epoch = 0;
-    if (has_epoch && (epoch = PyLong_AsLong(epoch_obj)) == -1 && PyErr_Occurred())
+    int has_epoch;
+    long epoch;
+    if (arg_epoch(epoch_obj, &has_epoch, &epoch) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {  /* read-only: the two-call path copies */
         PyErr_Clear();
