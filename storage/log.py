@@ -727,7 +727,7 @@ class Log:
         updates = None
         # one batch without a producer id (the common produce) needs no producer state
         single = len(batches) == 1
-        if not single or _I64.unpack_from(buf, _PRODUCER_ID_OFFSET)[0] >= 0:
+        if not single or _I64.unpack_from(buf, batches[0].position + _PRODUCER_ID_OFFSET)[0] >= 0:
             pbatches = self._producer_batches(va)
             if pbatches:
                 updates, dup = psm.prepare(pbatches, coordinator=coordinator)
