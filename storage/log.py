@@ -724,19 +724,24 @@ class Log:
                 f"append of {size} bytes to {self.topic}-{self.partition} is larger than "
                 f"segment.bytes={segment_bytes}")
         psm = self._producer_state
-        updates = None
+        updates = apply = None
         # one batch without a producer id (the common produce) needs no producer state
         single = len(batches) == 1
         if not single or _I64.unpack_from(buf, batches[0].position + _PRODUCER_ID_OFFSET)[0] >= 0:
             pbatches = self._producer_batches(va)
-            if pbatches:
+            dup = None
+            if len(pbatches) == 1 and not coordinator:  # an idempotent producer's one batch
+                updates, dup = psm.prepare_one(pbatches[0])
+                apply = psm.apply_one
+            elif pbatches:
                 updates, dup = psm.prepare(pbatches, coordinator=coordinator)
-                if dup is not None:
-                    return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
-                                      dup.offset_delta + 1, dup.timestamp, True)
+                apply = psm.apply
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, self._log_start_offset,
+                                  dup.offset_delta + 1, dup.timestamp, True)
         self._write(va, now_ms)
         if updates:
-            psm.apply(updates)
+            apply(updates)
         psm.map_end_offset = self._leo
         return _new_append_info((base_offset, last_offset, log_append_time,
                                  self._log_start_offset, record_count, max_timestamp, False))

@@ -549,6 +549,46 @@ class ProducerStateManager:
             _track_transaction(upd, b, self.tp)
         return {pid: upd for pid, (_cur, upd) in updates.items()}, None
 
+    def prepare_one(self, b: ProducerBatch):
+        """:meth:`prepare` of one client batch (not the coordinator's), the common append,
+        without the entries prepare builds: ``(update, None)`` for :meth:`apply_one`, or
+        ``(None, duplicate)``. The same checks in the same order, the same errors."""
+        pid = b.producer_id
+        last_seq = b.last_sequence
+        current = self.producers.get(pid)
+        if current is not None:
+            dup = current.find_duplicate(b.producer_epoch, b.base_sequence, last_seq)
+            if dup is not None:
+                return None, dup
+        if b.is_transactional and not self.transactions_enabled:
+            raise InvalidTxnStateError(
+                f"transactional batch of producer {pid} in {self.tp} is not part of an ongoing "
+                f"transaction: this broker has no transaction coordinator")
+        cur = current if current is not None else ProducerStateEntry(pid)
+        # prepare checks a batch against the entry before the append and the one its
+        # earlier batches made; for the only batch those two agree on all check_batch reads
+        check_batch(cur, cur, b, self.tp)
+        txn_first = _txn_first_offset(cur.current_txn_first_offset, b, self.tp)
+        meta = _new_batch_metadata((last_seq, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp))
+        return (pid, b.producer_epoch, meta, txn_first), None
+
+    def apply_one(self, update) -> None:
+        """Install what :meth:`prepare_one` returned (after the write succeeded): what
+        :meth:`apply` does with the entry prepare would have made."""
+        pid, epoch, meta, txn_first = update
+        cur = self.producers.get(pid)
+        if cur is None:
+            self.producers[pid] = ProducerStateEntry(pid, epoch, meta.timestamp, (meta,), -1, txn_first)
+        else:
+            if cur.producer_epoch != epoch:
+                cur.batches.clear()
+                cur.producer_epoch = epoch
+            cur.batches.append(meta)
+            cur.last_timestamp = meta.timestamp
+            cur.current_txn_first_offset = txn_first
+        if txn_first >= 0:
+            self.ongoing[pid] = txn_first
+
     def apply(self, updates: dict[int, ProducerStateEntry], end_offset: int | None = None) -> None:
         """Install what :meth:`prepare` returned (after the write succeeded)."""
         for pid, upd in updates.items():
@@ -687,13 +727,20 @@ class ProducerStateManager:
 
 
 def _track_transaction(entry: ProducerStateEntry, b: ProducerBatch, tp: str) -> None:
+    entry.current_txn_first_offset = _txn_first_offset(entry.current_txn_first_offset, b, tp)
+
+
+def _txn_first_offset(first: int, b: ProducerBatch, tp: str) -> int:
     """ProducerAppendInfo.appendDataBatch: a transactional batch starts a transaction
-    unless one is ongoing; a non-transactional one during a transaction is refused."""
-    if entry.current_txn_first_offset >= 0 and not b.is_transactional:
+    unless one is ongoing; a non-transactional one during a transaction is refused.
+    ``first``: the first offset of the producer's ongoing transaction (-1: none); returns
+    it after ``b``."""
+    if first >= 0 and not b.is_transactional:
         raise InvalidTxnStateError(f"expected a transactional write from producer {b.producer_id} at offset "
                                    f"{b.first_offset} in {tp}: its transaction is still ongoing")
-    if entry.current_txn_first_offset < 0 and b.is_transactional:
-        entry.current_txn_first_offset = b.first_offset
+    if first < 0 and b.is_transactional:
+        return b.first_offset
+    return first
 
 
 def _unlink(path: str) -> None:

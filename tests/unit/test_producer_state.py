@@ -13,6 +13,7 @@ from storage.log import Log
 from storage.producer_state import (
     INT32_MAX,
     BatchMetadata,
+    ProducerBatch,
     ProducerStateEntry,
     ProducerStateManager,
     read_snapshot,
@@ -488,3 +489,67 @@ def test_manager_prepare_is_pure(tmp_path):
     psm.apply(updates, 5)
     assert [b.last_seq for b in psm.last_entry(1).batches] == [1, 3, 4]
     assert psm.map_end_offset == 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_batch_path_matches_prepare_and_apply(tmp_path, seed):
+    """ProducerStateManager.prepare_one/apply_one (an idempotent producer's one batch,
+    the produce path) answers and changes the state exactly as prepare/apply do for a
+    list of that one batch: the same duplicates, the same errors (type and message), the
+    same entries and ongoing transactions after each batch. Generated batches: in order,
+    retries of the last five, gaps, older and newer epochs (from sequence 0 or not),
+    sequences wrapping at Int32.MAX, transactional ones with and without a coordinator."""
+    import random
+
+    rng = random.Random(seed)
+    for d in ("a-0", "b-0"):
+        os.makedirs(tmp_path / d)
+    general = ProducerStateManager(str(tmp_path / "a-0"), topic_partition="t-0")
+    one = ProducerStateManager(str(tmp_path / "b-0"), topic_partition="t-0")
+    offset = 0
+    outcomes = {"dup": 0, "ok": 0, "error": 0}
+    for _ in range(600):
+        enabled = rng.random() < 0.9
+        general.transactions_enabled = one.transactions_enabled = enabled
+        pid = rng.choice([1, 2, 3])
+        e = general.last_entry(pid)
+        epoch = e.producer_epoch if e is not None and e.producer_epoch >= 0 else 0
+        last = e.last_seq if e is not None else -1
+        kind = rng.random()
+        if kind < 0.55:
+            seq = 0 if last == INT32_MAX else last + 1
+        elif kind < 0.7 and e is not None and e.batches:  # a retry of a recent batch
+            meta = rng.choice(list(e.batches))
+            seq, n = meta.first_seq, meta.offset_delta + 1
+        elif kind < 0.8:
+            seq = max(0, last + rng.choice([2, 5, -3]))
+        elif kind < 0.9:
+            epoch += rng.choice([1, -1, 2])
+            seq = rng.choice([0, 0, 7])
+        else:
+            seq = rng.choice([INT32_MAX - 1, INT32_MAX, 0])
+        n = rng.randint(1, 4) if not (0.55 <= kind < 0.7 and e is not None and e.batches) else n
+        b = ProducerBatch(pid, epoch, seq, offset, offset + n - 1, NOW + offset, rng.random() < 0.15)
+
+        def run(m, single):
+            try:
+                update, dup = m.prepare_one(b) if single else m.prepare([b])
+            except E.StorageError as exc:
+                return ("error", type(exc).__name__, str(exc))
+            if dup is not None:
+                return ("dup", dup)
+            (m.apply_one if single else m.apply)(update)
+            return ("ok",)
+
+        got, want = run(one, True), run(general, False)
+        assert got == want, b
+        assert one.producers == general.producers and one.ongoing == general.ongoing, b
+        outcomes[want[0]] += 1
+        if want[0] == "ok":
+            offset += n
+        if rng.random() < 0.05:  # a transaction ends
+            for m in (general, one):
+                m.ongoing.clear()
+                for entry in m.producers.values():
+                    entry.current_txn_first_offset = -1
+    assert all(v > 20 for v in outcomes.values()), outcomes
