@@ -384,8 +384,7 @@ class BrokerMetrics:
     def request_done(self, api_key: int, response, seconds: float) -> None:
         req, hist, name = self._api_children.get(api_key) or self._api(api_key)
         req.value += 1
-        hist.counts[bisect_left(hist.bounds, seconds)] += 1  # hist.observe(seconds), without the call
-        hist.sum += seconds
+        hist.observe(seconds)
         if response is not None:
             codes: list[int] = []
             self._walker.codes(response, codes)
@@ -472,11 +471,9 @@ class BrokerMetrics:
             if max_ts is not None and max_ts >= 0:
                 delay = now_ms - max_ts
                 if delay < 0:
-                    neg.value += 1
-                else:  # hist.observe(delay / 1000.0), without the call
-                    seconds = delay / 1000.0
-                    hist.counts[bisect_left(hist.bounds, seconds)] += 1
-                    hist.sum += seconds
+                    neg.inc()
+                else:
+                    hist.observe(delay / 1000.0)
 
     # ---------------------------------------------------------------- fetch
     def fetched(self, response) -> None:
