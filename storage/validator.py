@@ -346,7 +346,6 @@ def rules_of(config) -> tuple[bool, int, int, bool, bool, int, int | None]:
     return rules if rules is not None else validation_rules_of(config)
 
 
-
 #: an analysis's rebuilt batches before _conclude finds any (never written to)
 _NO_REBUILDS: dict = {}
 
