@@ -528,12 +528,7 @@ class ProducerStateManager:
                 dup = current.find_duplicate(b.producer_epoch, b.base_sequence, last_seq)
                 if dup is not None:
                     return {}, dup
-            if b.is_transactional and not self.transactions_enabled:
-                # no transaction coordinator: no transaction can have been started on this
-                # partition (UnifiedLog: "Record was not part of an ongoing transaction")
-                raise InvalidTxnStateError(
-                    f"transactional batch of producer {b.producer_id} in {self.tp} is not part of an ongoing "
-                    f"transaction: this broker has no transaction coordinator")
+            self._check_transactions_enabled(b)
             pair = updates.get(b.producer_id)
             if pair is None:
                 cur = current if current is not None else ProducerStateEntry(b.producer_id)
@@ -560,53 +555,53 @@ class ProducerStateManager:
             dup = current.find_duplicate(b.producer_epoch, b.base_sequence, last_seq)
             if dup is not None:
                 return None, dup
-        if b.is_transactional and not self.transactions_enabled:
-            raise InvalidTxnStateError(
-                f"transactional batch of producer {pid} in {self.tp} is not part of an ongoing "
-                f"transaction: this broker has no transaction coordinator")
+        self._check_transactions_enabled(b)
         cur = current if current is not None else ProducerStateEntry(pid)
         # prepare checks a batch against the entry before the append and the one its
         # earlier batches made; for the only batch those two agree on all check_batch reads
         check_batch(cur, cur, b, self.tp)
         txn_first = _txn_first_offset(cur.current_txn_first_offset, b, self.tp)
         meta = _new_batch_metadata((last_seq, b.last_offset, b.last_offset - b.first_offset, b.max_timestamp))
-        return (pid, b.producer_epoch, meta, txn_first), None
+        return (pid, b.producer_epoch, (meta,), b.max_timestamp, cur.coordinator_epoch, txn_first), None
 
     def apply_one(self, update) -> None:
         """Install what :meth:`prepare_one` returned (after the write succeeded): what
         :meth:`apply` does with the entry prepare would have made."""
-        pid, epoch, meta, txn_first = update
-        cur = self.producers.get(pid)
-        if cur is None:
-            self.producers[pid] = ProducerStateEntry(pid, epoch, meta.timestamp, (meta,), -1, txn_first)
-        else:
-            if cur.producer_epoch != epoch:
-                cur.batches.clear()
-                cur.producer_epoch = epoch
-            cur.batches.append(meta)
-            cur.last_timestamp = meta.timestamp
-            cur.current_txn_first_offset = txn_first
-        if txn_first >= 0:
-            self.ongoing[pid] = txn_first
+        self._install(*update)
 
     def apply(self, updates: dict[int, ProducerStateEntry], end_offset: int | None = None) -> None:
         """Install what :meth:`prepare` returned (after the write succeeded)."""
         for pid, upd in updates.items():
-            cur = self.producers.get(pid)
-            if cur is None:
-                self.producers[pid] = upd
-            else:
-                if cur.producer_epoch != upd.producer_epoch:
-                    cur.batches.clear()
-                    cur.producer_epoch = upd.producer_epoch
-                cur.batches.extend(upd.batches)
-                cur.last_timestamp = upd.last_timestamp
-                cur.coordinator_epoch = upd.coordinator_epoch
-                cur.current_txn_first_offset = upd.current_txn_first_offset
-            if upd.current_txn_first_offset >= 0:
-                self.ongoing[pid] = upd.current_txn_first_offset
+            self._install(pid, upd.producer_epoch, upd.batches, upd.last_timestamp, upd.coordinator_epoch,
+                          upd.current_txn_first_offset)
         if end_offset is not None:
             self.map_end_offset = end_offset
+
+    def _install(self, pid: int, epoch: int, batches, last_timestamp: int, coordinator_epoch: int,
+                 txn_first: int) -> None:
+        """A producer's state after an append: its epoch (a new one drops the batches of
+        the old), the appended ``batches`` added to its last five, and the rest as given."""
+        cur = self.producers.get(pid)
+        if cur is None:
+            self.producers[pid] = ProducerStateEntry(pid, epoch, last_timestamp, batches, coordinator_epoch, txn_first)
+        else:
+            if cur.producer_epoch != epoch:
+                cur.batches.clear()
+                cur.producer_epoch = epoch
+            cur.batches.extend(batches)
+            cur.last_timestamp = last_timestamp
+            cur.coordinator_epoch = coordinator_epoch
+            cur.current_txn_first_offset = txn_first
+        if txn_first >= 0:
+            self.ongoing[pid] = txn_first
+
+    def _check_transactions_enabled(self, b: ProducerBatch) -> None:
+        if b.is_transactional and not self.transactions_enabled:
+            # no transaction coordinator: no transaction can have been started on this
+            # partition (UnifiedLog: "Record was not part of an ongoing transaction")
+            raise InvalidTxnStateError(
+                f"transactional batch of producer {b.producer_id} in {self.tp} is not part of an ongoing "
+                f"transaction: this broker has no transaction coordinator")
 
     def load_batch(self, b: ProducerBatch) -> None:
         """Replay one batch read back from the log (no checks)."""
