@@ -151,6 +151,10 @@ class Log:
             partition = partition if partition is not None else parsed[1]
         self.topic = topic
         self.partition = partition
+        #: called with this log when it may have background work: a segment rolled (to
+        #: fsync), a segment set aside for deletion, a config with a flush.ms. The log
+        #: manager's periodic passes visit such logs (has_background_work) instead of all
+        self.on_background = None
         self._set_config(config)
         self.clock = clock
         self._rng = rng
@@ -158,10 +162,6 @@ class Log:
         self._bases: list[int] = []
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        #: called with this log when it may have background work: a segment rolled (to
-        #: fsync), a segment set aside for deletion, a config with a flush.ms. The log
-        #: manager's periodic passes visit such logs (has_background_work) instead of all
-        self.on_background = None
         # the topic id this directory belongs to (partition.metadata, KIP-516); the log
         # manager has already set aside a directory recorded with another id, and says
         # (topic_id_recorded) when it read this one's file and found the id there
@@ -658,9 +658,8 @@ class Log:
         flush_ms = getattr(config, "flush_ms", None)
         #: flush.ms, None for never (Kafka's default, Long.MAX_VALUE)
         self.flush_interval_ms = flush_ms if flush_ms is not None and flush_ms < _LONG_MAX else None
-        on_background = getattr(self, "on_background", None)
-        if on_background is not None and self.flush_interval_ms is not None:
-            on_background(self)
+        if self.on_background is not None and self.flush_interval_ms is not None:
+            self.on_background(self)
 
     # ------------------------------------------------------------------ append
     def append(self, records, *, magic_hint: int | None = None, in_place: bool = False,
