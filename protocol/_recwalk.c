@@ -1044,27 +1044,33 @@ done:
 
 /* validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window,
  *             compact, segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms,
- *             crc32c, info_type, result_type)
+ *             crc32c, info_type, result_type, max_batches)
  *   -> result_type(buf, ...) as assign_v2, or None
  *
  * scan_v2 and assign_v2 in one call, for a writable ``buf`` made entirely of batches
- * scan_v2 takes (no trailing partial batch, at most FUSED_MAX_BATCHES of them, in all at
- * most ``segment_bytes``, -1 for no limit): what Analysis.assign returns for it with
+ * scan_v2 takes (no trailing partial batch, at most ``max_batches`` of them, itself at most
+ * FUSED_MAX_BATCHES, in all at most ``segment_bytes``, -1 for no limit): what
+ * Analysis.assign returns for it with
  * ``in_place``, the append time max(now, last_append_time_ms) on a LogAppendTime topic.
  * None, with ``buf`` untouched, for anything else: the two-call path then runs (and
  * names any problem). */
 static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     ScanRules rules;
-    long long segment_bytes, next_offset, last_append_time;
-    if (nargs != 15) {
-        PyErr_Format(PyExc_TypeError, "validate_v2 takes 15 arguments (%zd given)", nargs);
+    long long segment_bytes, next_offset, last_append_time, max_batches;
+    if (nargs != 16) {
+        PyErr_Format(PyExc_TypeError, "validate_v2 takes 16 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *epoch_obj = args[10], *crc_fn = args[12], *info_type = args[13], *result_type = args[14];
     if (scan_rules(args, &rules) < 0 || arg_ll(args[8], &segment_bytes) < 0 || arg_ll(args[9], &next_offset) < 0
-        || arg_ll(args[11], &last_append_time) < 0)
+        || arg_ll(args[11], &last_append_time) < 0 || arg_ll(args[15], &max_batches) < 0)
         return NULL;
+    if (max_batches < 1 || max_batches > FUSED_MAX_BATCHES) {
+        PyErr_Format(PyExc_ValueError, "validate_v2: max_batches %lld is not in [1, %d]", max_batches,
+                     FUSED_MAX_BATCHES);
+        return NULL;
+    }
     if (!is_tuple_type(info_type) || !is_tuple_type(result_type)) {
         PyErr_SetString(PyExc_TypeError, "validate_v2: info_type and result_type must be tuple subclasses");
         return NULL;
@@ -1087,7 +1093,7 @@ static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t n
         int rc = scan_batch(buf + pos, end - pos, &rules, crc_fn, &h, &true_max);
         if (rc == SCAN_ERROR)
             goto done;
-        if (rc != SCAN_TAKEN || n == FUSED_MAX_BATCHES)
+        if (rc != SCAN_TAKEN || n == max_batches)
             goto other;
         spans[n].pos = pos;
         spans[n].size = (Py_ssize_t)h.length + LOG_OVERHEAD;
@@ -1141,8 +1147,8 @@ static PyMethodDef module_methods[] = {
      "offset_of_max, append_time, count, infos)."},
     {"validate_v2", (PyCFunction)(void (*)(void))validate_v2, METH_FASTCALL,
      "validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
-     "segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms, crc32c, info_type, result_type) "
-     "-> result_type(...) as assign_v2, or None (see storage/validator.py)."},
+     "segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms, crc32c, info_type, result_type, "
+     "max_batches) -> result_type(...) as assign_v2, or None (see storage/validator.py)."},
     {"crc32c_small", crc32c_small, METH_O,
      "crc32c_small(data) -> int: the table CRC-32C scan_v2 and assign_v2 use below 2 KiB (for the tests)."},
     {NULL}

@@ -676,17 +676,18 @@ class Log:
                                    max_records_bytes=max_records_bytes or DEFAULT_MAX_RECORDS_BYTES)
         return self.append_analysis(analysis, coordinator=coordinator)
 
-    def append_produced(self, records, now_ms: int) -> AppendInfo | None:
+    def append_produced(self, records, now_ms: int, max_batches: int = 16) -> AppendInfo | None:
         """The produce path's common case: ``records``, a writable buffer the caller gives
-        up (as :meth:`append` with ``in_place``), validated and given their offsets in one
-        compiled call (``storage.validator.validate_common``), then appended as
+        up (as :meth:`append` with ``in_place``), at most ``max_batches`` batches (1 to 16),
+        validated and given their offsets in one compiled call
+        (``storage.validator.validate_common``), then appended as
         :meth:`append_validated` appends. None when they are not that case, with nothing
         done: the caller then takes ``analyze_records`` and :meth:`append_analysis`, which
         name any problem. Raises what append_validated raises."""
         if self._closed:
             return None
         va = validate_common(records, self._validation_rules, now_ms, self._leo, self._last_append_time_ms,
-                             self._epochs.latest_epoch)
+                             self._epochs.latest_epoch, max_batches)
         return None if va is None else self._append(va, now_ms, False)
 
     def append_analysis(self, analysis, *, coordinator: bool = False) -> AppendInfo:

@@ -143,11 +143,12 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
 
 
 def validate_common(records, rules, now_ms: int, next_offset: int, last_append_time_ms: int = -1,
-                    partition_leader_epoch: int | None = None) -> "ValidatedAppend | None":
+                    partition_leader_epoch: int | None = None, max_batches: int = 16) -> "ValidatedAppend | None":
     """``validate_records(records, in_place=True, ...)`` for the common case in one
     compiled call (``validate_v2``): ``records`` writable and made only of v2 batches,
-    uncompressed, none with the LogAppendTime attribute, every check passing (at most 16
-    of them, no partial batch after them). ``rules``: :func:`rules_of` the topic's config.
+    uncompressed, none with the LogAppendTime attribute, every check passing (at most
+    ``max_batches`` of them, 1 to 16, no partial batch after them). ``rules``:
+    :func:`rules_of` the topic's config.
     None for anything else, ``records`` untouched: :func:`validate_records` /
     :func:`analyze_records` then take them and name any problem."""
     if validate_v2 is None:
@@ -155,7 +156,7 @@ def validate_common(records, rules, now_ms: int, next_offset: int, last_append_t
     lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules
     return validate_v2(records, max_message_bytes, lat_topic, now_ms, before, after, check_window, compact,
                        -1 if segment_bytes is None else segment_bytes, next_offset, partition_leader_epoch,
-                       last_append_time_ms, R.crc32c, BatchInfo, ValidatedAppend)
+                       last_append_time_ms, R.crc32c, BatchInfo, ValidatedAppend, max_batches)
 
 
 def analyze_records(records, *, config, now_ms: int, in_place: bool = False,

@@ -137,8 +137,9 @@ def handle(ctx, header, request, session=None):
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
     max_bytes = ctx.config.socket_request_max_bytes  # read once, not per partition
+    now = ctx.clock.time_ms()  # so is the clock: one append time for the request's partitions
     for i, (topic, partition, records) in enumerate(items):
-        r = _append_one(ctx, lm, version, topic, partition, records, max_bytes)
+        r = _append_one(ctx, lm, version, topic, partition, records, max_bytes, now)
         if isinstance(r, _Deferred):
             return _append_rest_async(ctx, lm, version, request, acks, items, i, r, results)
         results.append(r)
@@ -170,7 +171,8 @@ async def _append_rest_async(ctx, lm, version, request, acks, items, i, deferred
         deferred = None
         while i < len(items):
             topic, partition, records = items[i]
-            r = _append_one(ctx, lm, version, topic, partition, records, ctx.config.socket_request_max_bytes)
+            r = _append_one(ctx, lm, version, topic, partition, records, ctx.config.socket_request_max_bytes,
+                            ctx.clock.time_ms())
             if isinstance(r, _Deferred):
                 deferred = r
                 break
@@ -257,7 +259,9 @@ def _verified(ctx, txn_id, topic, partition, records, version=9):
                   if code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE) else None)
 
 
-def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes):
+def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes, now):
+    """One partition's answer, its records appended at ``now`` (the request's clock
+    reading); a _Deferred when validation goes on off the event loop."""
     if isinstance(records, PartitionResponse):  # refused before the append (_verified)
         return records
     if records is _DENIED:
@@ -267,25 +271,31 @@ def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes):
     if records is None or len(records) == 0:
         return _error(partition, ErrorCode.INVALID_RECORD, "the partition's record set is empty")
     try:
-        rec.check_produce_records(version, records)
-    except rec.RecordFormatError as exc:
-        code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE if isinstance(exc, rec.UnsupportedCompressionTypeError) else ErrorCode.INVALID_RECORD
-        log.info("rejected produce v%d to %s-%d: %s", version, topic, partition, exc)
-        return _error(partition, code, str(exc))
-    try:
+        # an unknown partition is answered before its records are looked at, as Kafka's
+        # handleProduceRequest answers it before ProduceRequest.validateRecords
         plog = lm.get_log(topic, partition)
-        now = ctx.clock.time_ms()
-        # the common case (plain v2 batches, every check passing) in one call; None: not
+        # the common case (plain v2 batches, every check passing; from v3 on exactly one,
+        # which is all validateRecords asks of plain v2 batches) in one call; None: not
         # that case, nothing done, and the steps below take it and name any problem
-        info = plog.append_produced(records, now)
-        if info is None:
+        info = plog.append_produced(records, now, 1 if version >= 3 else 16)
+    except Exception as exc:  # never crash the connection on one partition's failure
+        return _refused(topic, partition, exc)
+    if info is None:
+        try:
+            rec.check_produce_records(version, records)
+        except rec.RecordFormatError as exc:
+            code = (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE if isinstance(exc, rec.UnsupportedCompressionTypeError)
+                    else ErrorCode.INVALID_RECORD)
+            log.info("rejected produce v%d to %s-%d: %s", version, topic, partition, exc)
+            return _error(partition, code, str(exc))
+        try:
             analysis = analyze_records(records, config=plog.config, now_ms=now, in_place=True,
                                        max_records_bytes=max_records_bytes, budget=SYNC_DECOMPRESS_BUDGET)
             if analysis.pending:
                 return _Deferred(plog, analysis, topic, partition, records)
             info = plog.append_analysis(analysis)
-    except Exception as exc:  # never crash the connection on one partition's failure
-        return _refused(topic, partition, exc)
+        except Exception as exc:
+            return _refused(topic, partition, exc)
     return _appended(ctx, topic, partition, records, info, now)
 
 

@@ -36,6 +36,7 @@ from tests.integration import helpers as H
 from tests.integration.helpers import RawConn
 
 INVALID_RECORD, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE = 87, 2, 10
+UNSUPPORTED_COMPRESSION_TYPE, UNKNOWN_TOPIC_OR_PARTITION = 76, 3
 
 
 # ----------------------------------------------------------------------------- raw requests
@@ -214,6 +215,33 @@ def test_produce_v8_names_the_failing_record(hardening_broker):
         assert "key" in p.record_errors[0].batch_index_error_message
         p = produce(conn, topic, forge(recs, 3, now, now + 1))
         assert p.error_code == INVALID_RECORD and "declares 3" in p.error_message
+
+
+def test_request_level_record_rules(hardening_broker):
+    """ProduceRequest.validateRecords: from v3 on one v2 batch per partition, no zstd
+    before v7; an unknown partition is answered as such before its records are looked at
+    (KafkaApis.handleProduceRequest). A refused append stores nothing."""
+    b = hardening_broker
+    topic = H.create_topic(b.bootstrap, H.unique_topic("one-batch"))
+    now = H.now_ms()
+    one = R.build_batch([(now, b"k", b"v")])
+    with RawConn(b.port) as conn:
+        for version in (3, 8, 9):
+            p = produce(conn, topic, one + one, version)
+            assert p.error_code == INVALID_RECORD, (version, p)
+            assert version < 8 or "exactly one record batch" in p.error_message  # v8+ carry a message
+        zstd = R.build_batch([(now, b"k", b"v")], compression=4)
+        assert produce(conn, topic, zstd, 6).error_code == UNSUPPORTED_COMPRESSION_TYPE
+        p = produce(conn, topic, one + one, 8, partition=7)
+        assert p.error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert produce(conn, topic, zstd, 7).base_offset == 0
+        assert produce(conn, topic, one, 3).base_offset == 1
+        assert produce(conn, topic, one + one, 2).base_offset == 2  # before v3 several batches go
+        got = fetch(conn, topic, 0, 11)
+        assert got.high_watermark == 4
+        data = bytes(got.records)
+        assert [(r.offset, r.value) for pos, h in R.iter_batches(data)
+                for r in R.iter_records(data, pos, h)] == [(i, b"v") for i in range(4)]
 
 
 # ----------------------------------------------------------------------------- bombs

@@ -157,6 +157,23 @@ def test_one_call_takes_up_to_16_batches(monkeypatch):
         assert outcome(buf, cfg()) == reference(monkeypatch, buf, cfg())
 
 
+def test_one_call_takes_at_most_max_batches():
+    """Produce v3+ passes max_batches=1: a partition of more batches is then left whole to
+    the path that names ProduceRequest.validateRecords' error."""
+    for n in (1, 2, 5):
+        buf = b"".join(batch([NOW - i]) for i in range(n))
+        for most in (1, 2, 16):
+            data = bytearray(buf)
+            va = V.validate_common(data, V.rules_of(cfg()), NOW, 5, -1, 3, most)
+            assert (va is not None) is (n <= most)
+            assert (bytes(data) == buf) is (va is None)
+            if va is not None:
+                assert va.last_offset == 5 + n - 1 and len(va.batches) == n
+    for bad in (0, 17, -1):
+        with pytest.raises(ValueError, match="max_batches"):
+            V.validate_common(bytearray(GOOD), V.rules_of(cfg()), NOW, 0, -1, 3, bad)
+
+
 def test_one_call_leaves_a_read_only_buffer_to_the_copying_path():
     assert V.validate_common(GOOD, V.rules_of(cfg()), NOW, 0) is None
     va = V.validate_records(GOOD, config=cfg(), next_offset=0, now_ms=NOW, in_place=True)
