@@ -450,24 +450,30 @@ class BrokerMetrics:
         if failed:
             c[5].value += 1
 
-    def appended(self, topic: str, records, info, create_time: bool, now_ms: int) -> None:
+    def appended(self, topic: str, records, info, create_time: bool, now_ms: int, one_batch: bool = False) -> None:
         """One successful, non-duplicate append of ``records`` (the request's record set,
         already validated and patched in place). Append delay: one observation per v2
         batch from its header's maxTimestamp; for a legacy (magic 0/1) set, one from the
-        append's max timestamp."""
+        append's max timestamp. ``one_batch``: the caller knows ``records`` is one v2
+        batch (every Produce v3+ append is), whose maxTimestamp is the append's."""
         c = self._topic_children.get(topic) or self._topic(topic)
         n = len(records)
         c[0].value += n
-        c[1].value += info.record_count
+        c[1].value += info[4]  # record_count
         if not create_time:
             return
         hist, neg = self._delay_children.get(topic) or self._delay(topic)
-        if n >= _HEADER_SIZE and records[_MAGIC_POS] == 2 and _I32.unpack_from(records, 8)[0] + _LOG_OVERHEAD == n:
-            # one v2 batch (every produce v3+): its maxTimestamp is the append's, as validated
-            stamps = (info.max_timestamp,)
-        else:
-            stamps = _batch_max_timestamps(records, n, info)
-        for max_ts in stamps:
+        if one_batch or (n >= _HEADER_SIZE and records[_MAGIC_POS] == 2
+                         and _I32.unpack_from(records, 8)[0] + _LOG_OVERHEAD == n):
+            max_ts = info[5]  # one v2 batch: its maxTimestamp is the append's, as validated
+            if max_ts >= 0:
+                delay = now_ms - max_ts
+                if delay < 0:
+                    neg.value += 1
+                else:
+                    hist.observe(delay / 1000.0)
+            return
+        for max_ts in _batch_max_timestamps(records, n, info):
             if max_ts is not None and max_ts >= 0:
                 delay = now_ms - max_ts
                 if delay < 0:

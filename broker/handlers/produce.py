@@ -296,7 +296,7 @@ def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes, 
             info = plog.append_analysis(analysis)
         except Exception as exc:
             return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info, now)
+    return _appended(ctx, topic, partition, records, info, now, version >= 3)
 
 
 def _append_analyzed(ctx, plog, analysis, topic, partition, records):
@@ -304,12 +304,13 @@ def _append_analyzed(ctx, plog, analysis, topic, partition, records):
         info = plog.append_analysis(analysis)
     except Exception as exc:
         return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info, ctx.clock.time_ms())
+    return _appended(ctx, topic, partition, records, info, ctx.clock.time_ms(), False)
 
 
-def _appended(ctx, topic, partition, records, info, now_ms):
+def _appended(ctx, topic, partition, records, info, now_ms, one_batch):
     """The answer for ``info`` (an AppendInfo, appended at ``now_ms``), the metrics and
-    fetch waiters told."""
+    fetch waiters told. ``one_batch``: ``records`` is known to be one v2 batch (Produce
+    v3+, ProduceRequest.validateRecords)."""
     base_offset, _last, log_append_time, log_start_offset, _count, _max, duplicate = info
     if duplicate:
         log.debug("duplicate produce to %s-%d answered with the original base offset %d",
@@ -318,7 +319,7 @@ def _appended(ctx, topic, partition, records, info, now_ms):
         metrics = ctx.metrics
         if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
             # a CreateTime topic's append has no log append time (-1)
-            metrics.appended(topic, records, info, log_append_time < 0, now_ms)
+            metrics.appended(topic, records, info, log_append_time < 0, now_ms, one_batch)
         ctx.notify_append(topic, partition)
     # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
     # error_message, current_leader

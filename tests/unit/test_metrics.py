@@ -68,9 +68,16 @@ def test_append_delay_short_legacy_set_and_one_batch():
     short = bytearray(40)  # one magic 1 message with a small value: under a v2 header's 61 bytes
     short[16] = 1
     m.appended("old", short, info(1, NOW - 250), True, NOW)
-    m.appended("one", memoryview(bytearray(build_batch([(NOW - 3000, b"a"), (NOW - 500, b"b")]))),
-               info(2, NOW - 500), True, NOW)
+    one = memoryview(bytearray(build_batch([(NOW - 3000, b"a"), (NOW - 500, b"b")])))
+    m.appended("one", one, info(2, NOW - 500), True, NOW)
+    # the produce handler's word that it is one batch (Produce v3+) changes nothing
+    m.appended("told", one, info(2, NOW - 500), True, NOW, True)
+    m.appended("told", one, info(2, NOW + 500), True, NOW, True)
     s = samples(m)
+    for name in ("bytes_in_total", "messages_in_total"):
+        assert val(s, f"chronolog_topic_{name}", topic="told") == 2 * val(s, f"chronolog_topic_{name}", topic="one")
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="told") == pytest.approx(0.5)
+    assert val(s, "chronolog_produce_append_delay_negative_total", topic="told") == 1
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic="old") == 1
     assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="old") == pytest.approx(0.25)
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic="one") == 1
