@@ -95,7 +95,6 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _TIMESTAMP_TYPE_BIT = 0x08
 _PRODUCER_ID_OFFSET = 43  # of the int64 producerId in a v2 batch header
-_I64 = struct.Struct(">q")
 _LONG_MAX = (1 << 63) - 1
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence (at 43)
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # of the big-endian int16 attributes
@@ -727,7 +726,8 @@ class Log:
         updates = apply = None
         # one batch without a producer id (the common produce) needs no producer state
         single = len(batches) == 1
-        if not single or _I64.unpack_from(buf, batches[0].position + _PRODUCER_ID_OFFSET)[0] >= 0:
+        # (a producer id >= 0: the big-endian int64's first byte has no sign bit)
+        if not single or buf[batches[0].position + _PRODUCER_ID_OFFSET] < 0x80:
             pbatches = self._producer_batches(va)
             dup = None
             if len(pbatches) == 1 and not coordinator:  # an idempotent producer's one batch
