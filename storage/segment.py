@@ -310,7 +310,14 @@ class LogSegment:
                 return False
         else:  # the first batch: nothing to roll (the log rolls only a segment with data)
             self._rolling_ts = max_timestamp
-        self._write_at(buf, current)
+        f = self._file
+        fd = f.fd
+        # the descriptor open (as _LogFile.fileno finds it) and the whole batch taken by one
+        # pwrite, as a regular file takes it; else _write_at reopens or writes the rest
+        if fd >= 0 and os.pwrite(fd, buf, current) == n:
+            OPEN_FILES.touch(f)
+        else:
+            self._write_at(buf, current)
         self._size = current + n
         if max_timestamp > self._max_ts:
             self._max_ts = max_timestamp
