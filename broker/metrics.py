@@ -459,21 +459,16 @@ class BrokerMetrics:
         c = self._topic_children.get(topic) or self._topic(topic)
         n = len(records)
         c[0].value += n
-        c[1].value += info[4]  # record_count
+        c[1].value += info.record_count
         if not create_time:
             return
         hist, neg = self._delay_children.get(topic) or self._delay(topic)
         if one_batch or (n >= _HEADER_SIZE and records[_MAGIC_POS] == 2
                          and _I32.unpack_from(records, 8)[0] + _LOG_OVERHEAD == n):
-            max_ts = info[5]  # one v2 batch: its maxTimestamp is the append's, as validated
-            if max_ts >= 0:
-                delay = now_ms - max_ts
-                if delay < 0:
-                    neg.value += 1
-                else:
-                    hist.observe(delay / 1000.0)
-            return
-        for max_ts in _batch_max_timestamps(records, n, info):
+            stamps = (info.max_timestamp,)  # one v2 batch: its maxTimestamp is the append's, as validated
+        else:
+            stamps = _batch_max_timestamps(records, n, info)
+        for max_ts in stamps:
             if max_ts is not None and max_ts >= 0:
                 delay = now_ms - max_ts
                 if delay < 0:
