@@ -1050,8 +1050,8 @@ done:
  * scan_v2 and assign_v2 in one call, for a writable ``buf`` made entirely of batches
  * scan_v2 takes (no trailing partial batch, at most ``max_batches`` of them, itself at most
  * FUSED_MAX_BATCHES, in all at most ``segment_bytes``, -1 for no limit): what
- * Analysis.assign returns for it with
- * ``in_place``, the append time max(now, last_append_time_ms) on a LogAppendTime topic.
+ * Analysis.assign returns for it with ``in_place``, the append time
+ * max(now, last_append_time_ms) on a LogAppendTime topic.
  * None, with ``buf`` untouched, for anything else: the two-call path then runs (and
  * names any problem). */
 static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
