@@ -198,10 +198,10 @@ def test_failed_write_does_not_update_the_state(tmp_path, monkeypatch):
     seg = log.active_segment
     seg_size = seg.size
 
-    def broken(buf, position):
+    def broken(fd, buf, position):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(seg, "_write_at", broken)  # the pwrite of either append path
+    monkeypatch.setattr(os, "pwrite", broken)  # the write of every append path
     with pytest.raises(E.KafkaStorageError):
         log.append(pbatch(2))
     monkeypatch.undo()
