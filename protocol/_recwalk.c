@@ -674,8 +674,21 @@ fail:
 }
 
 /* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
+/* an int as a long long (-1 with an exception set on failure, as PyLong_AsLongLong).
+ * Where a long is as wide (LP64), through PyLong_AsLong, which reads a multi-digit int
+ * directly: CPython 3.11's PyLong_AsLongLong goes through _PyLong_AsByteArray for
+ * anything over one 30-bit digit (a millisecond time, the Long.MAX bounds), several
+ * times the work; both raise OverflowError past 64 bits. */
+static inline long long as_ll(PyObject *o) {
+#if LONG_MAX == LLONG_MAX
+    return PyLong_AsLong(o);
+#else
+    return PyLong_AsLongLong(o);
+#endif
+}
+
 static int arg_ll(PyObject *o, long long *out) {
-    *out = PyLong_AsLongLong(o);
+    *out = as_ll(o);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
@@ -1010,10 +1023,10 @@ static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int64_t last = offset + lod, bmax = -1, scanned_max = -1, fix = 0;
         PyObject *fix_obj = PyList_GET_ITEM(fixes, i);
         if (!lat_topic) {
-            scanned_max = PyLong_AsLongLong(PyList_GET_ITEM(maxes, i));
+            scanned_max = as_ll(PyList_GET_ITEM(maxes, i));
             if (scanned_max == -1 && PyErr_Occurred())
                 goto done;
-            if (fix_obj != Py_None && (fix = PyLong_AsLongLong(fix_obj)) == -1 && PyErr_Occurred())
+            if (fix_obj != Py_None && (fix = as_ll(fix_obj)) == -1 && PyErr_Occurred())
                 goto done;
         }
         if (assign_batch(b, size, offset, has_epoch, epoch, lat_topic, append_time, fix_obj != Py_None, fix,
@@ -1042,42 +1055,76 @@ done:
  * Produce v3 on); more go to the two-call path */
 #define FUSED_MAX_BATCHES 16
 
-/* validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window,
- *             compact, segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms,
- *             crc32c, info_type, result_type, max_batches)
+/* what validate_v2 passes on but never changes: the crc32c package's function (batches of
+ * 2 KiB and more) and the NamedTuple types of its results, set once by validate_v2_setup */
+static PyObject *v2_crc_fn, *v2_info_type, *v2_result_type;
+
+/* validate_v2_setup(crc32c, info_type, result_type) */
+static PyObject *validate_v2_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "validate_v2_setup takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!is_tuple_type(args[1]) || !is_tuple_type(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "validate_v2_setup: info_type and result_type must be tuple subclasses");
+        return NULL;
+    }
+    Py_XSETREF(v2_crc_fn, Py_NewRef(args[0]));
+    Py_XSETREF(v2_info_type, Py_NewRef(args[1]));
+    Py_XSETREF(v2_result_type, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* validate_v2(buf, rules, now, next_offset, last_append_time_ms=-1, partition_leader_epoch=None,
+ *             max_batches=FUSED_MAX_BATCHES)
  *   -> result_type(buf, ...) as assign_v2, or None
  *
- * scan_v2 and assign_v2 in one call, for a writable ``buf`` made entirely of batches
- * scan_v2 takes (no trailing partial batch, at most ``max_batches`` of them, itself at most
- * FUSED_MAX_BATCHES, in all at most ``segment_bytes``, -1 for no limit): what
+ * ``rules``: the topic's validation rules as storage.validator.rules_of gives them,
+ * (log_append_time_topic, before, after, check_window, compact, max_message_bytes,
+ * segment_bytes or None). scan_v2 and assign_v2 in one call, for a writable ``buf`` made
+ * entirely of batches scan_v2 takes (no trailing partial batch, at most ``max_batches``
+ * of them, itself at most FUSED_MAX_BATCHES, in all at most ``segment_bytes``): what
  * Analysis.assign returns for it with ``in_place``, the append time
  * max(now, last_append_time_ms) on a LogAppendTime topic.
  * None, with ``buf`` untouched, for anything else: the two-call path then runs (and
- * names any problem). */
+ * names any problem). The storage validator calls it as validate_common, its
+ * positional signature. */
 static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     ScanRules rules;
-    long long segment_bytes, next_offset, last_append_time, max_batches;
-    if (nargs != 16) {
-        PyErr_Format(PyExc_TypeError, "validate_v2 takes 16 arguments (%zd given)", nargs);
+    long long segment_bytes = -1, next_offset, last_append_time = -1, max_batches = FUSED_MAX_BATCHES;
+    if (nargs < 4 || nargs > 7) {
+        PyErr_Format(PyExc_TypeError, "validate_v2 takes 4 to 7 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *epoch_obj = args[10], *crc_fn = args[12], *info_type = args[13], *result_type = args[14];
-    if (scan_rules(args, &rules) < 0 || arg_ll(args[8], &segment_bytes) < 0 || arg_ll(args[9], &next_offset) < 0
-        || arg_ll(args[11], &last_append_time) < 0 || arg_ll(args[15], &max_batches) < 0)
+    if (v2_result_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "validate_v2: validate_v2_setup was not called");
+        return NULL;
+    }
+    PyObject *r = args[1];
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 7) {
+        PyErr_SetString(PyExc_TypeError, "validate_v2: rules must be the 7-tuple of storage.validator.rules_of");
+        return NULL;
+    }
+    PyObject *seg_obj = PyTuple_GET_ITEM(r, 6);
+    if (arg_bool(PyTuple_GET_ITEM(r, 0), &rules.lat_topic) < 0 || arg_ll(PyTuple_GET_ITEM(r, 1), &rules.before) < 0
+        || arg_ll(PyTuple_GET_ITEM(r, 2), &rules.after) < 0 || arg_bool(PyTuple_GET_ITEM(r, 3), &rules.check_window) < 0
+        || arg_bool(PyTuple_GET_ITEM(r, 4), &rules.compact) < 0
+        || arg_ll(PyTuple_GET_ITEM(r, 5), &rules.max_message_bytes) < 0
+        || (seg_obj != Py_None && arg_ll(seg_obj, &segment_bytes) < 0)
+        || arg_ll(args[2], &rules.now) < 0 || arg_ll(args[3], &next_offset) < 0
+        || (nargs > 4 && arg_ll(args[4], &last_append_time) < 0)
+        || (nargs > 6 && arg_ll(args[6], &max_batches) < 0))
         return NULL;
     if (max_batches < 1 || max_batches > FUSED_MAX_BATCHES) {
         PyErr_Format(PyExc_ValueError, "validate_v2: max_batches %lld is not in [1, %d]", max_batches,
                      FUSED_MAX_BATCHES);
         return NULL;
     }
-    if (!is_tuple_type(info_type) || !is_tuple_type(result_type)) {
-        PyErr_SetString(PyExc_TypeError, "validate_v2: info_type and result_type must be tuple subclasses");
-        return NULL;
-    }
+    PyObject *crc_fn = v2_crc_fn, *info_type = v2_info_type, *result_type = v2_result_type;
     int has_epoch;
     long epoch;
-    if (arg_epoch(epoch_obj, &has_epoch, &epoch) < 0)
+    if (arg_epoch(nargs > 5 ? args[5] : Py_None, &has_epoch, &epoch) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {  /* read-only: the two-call path copies */
         PyErr_Clear();
@@ -1146,9 +1193,10 @@ static PyMethodDef module_methods[] = {
      "append_time, info_type, crc32c, result_type) -> result_type(buf, next_offset, last_offset, max_timestamp, "
      "offset_of_max, append_time, count, infos)."},
     {"validate_v2", (PyCFunction)(void (*)(void))validate_v2, METH_FASTCALL,
-     "validate_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
-     "segment_bytes, next_offset, partition_leader_epoch, last_append_time_ms, crc32c, info_type, result_type, "
-     "max_batches) -> result_type(...) as assign_v2, or None (see storage/validator.py)."},
+     "validate_v2(buf, rules, now, next_offset, last_append_time_ms=-1, partition_leader_epoch=None, "
+     "max_batches=16) -> result_type(...) as assign_v2, or None (see storage/validator.py)."},
+    {"validate_v2_setup", (PyCFunction)(void (*)(void))validate_v2_setup, METH_FASTCALL,
+     "validate_v2_setup(crc32c, info_type, result_type): what validate_v2 uses and returns."},
     {"crc32c_small", crc32c_small, METH_O,
      "crc32c_small(data) -> int: the table CRC-32C scan_v2 and assign_v2 use below 2 KiB (for the tests)."},
     {NULL}

@@ -53,7 +53,8 @@ compiled module the three are None.
 
 from __future__ import annotations
 
-__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED", "scan_v2", "assign_v2", "validate_v2"]
+__all__ = ["RecordWalker", "PyRecordWalker", "WalkError", "COMPILED", "scan_v2", "assign_v2", "validate_v2",
+           "validate_v2_setup"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -220,7 +221,7 @@ class PyRecordWalker:
 
 try:
     from protocol._recwalk import (  # type: ignore[attr-defined]
-        RecordWalker, WalkError, assign_v2, scan_v2, validate_v2)
+        RecordWalker, WalkError, assign_v2, scan_v2, validate_v2, validate_v2_setup)
 
     COMPILED = True
 except ImportError:  # no C compiler at install time: the reference serves
@@ -228,7 +229,7 @@ except ImportError:  # no C compiler at install time: the reference serves
     WalkError = PyWalkError  # type: ignore[misc]
     #: the validator's one-call path for plain batches (storage/validator.py); without
     #: the compiled module the validator's own steps serve every batch
-    scan_v2 = assign_v2 = validate_v2 = None
+    scan_v2 = assign_v2 = validate_v2 = validate_v2_setup = None
     COMPILED = False
 
 #: every error either walker raises

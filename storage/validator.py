@@ -53,7 +53,7 @@ from typing import NamedTuple
 from config.topic_config import validation_rules_of
 from protocol import compression as C
 from protocol import records as R
-from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2, validate_v2
+from protocol.record_walk import WALK_ERRORS, RecordWalker, assign_v2, scan_v2, validate_v2, validate_v2_setup
 from storage import errors as E
 
 __all__ = ["Analysis", "BatchInfo", "ValidatedAppend", "analyze_records", "validate_records",
@@ -87,6 +87,9 @@ class ValidatedAppend(NamedTuple):
     record_count: int
     batches: list
 
+
+if validate_v2_setup is not None:  # what the compiled validate_v2 (validate_common) uses and returns
+    validate_v2_setup(R.crc32c, BatchInfo, ValidatedAppend)
 
 
 #: Kafka's LogValidator.validateKey message (the broker adds " in topic partition <tp>.")
@@ -142,21 +145,21 @@ def validate_records(records, *, config, next_offset: int, now_ms: int,
     return analysis.assign(next_offset, last_append_time_ms, partition_leader_epoch)
 
 
-def validate_common(records, rules, now_ms: int, next_offset: int, last_append_time_ms: int = -1,
-                    partition_leader_epoch: int | None = None, max_batches: int = 16) -> "ValidatedAppend | None":
-    """``validate_records(records, in_place=True, ...)`` for the common case in one
-    compiled call (``validate_v2``): ``records`` writable and made only of v2 batches,
-    uncompressed, none with the LogAppendTime attribute, every check passing (at most
-    ``max_batches`` of them, 1 to 16, no partial batch after them). ``rules``:
-    :func:`rules_of` the topic's config.
-    None for anything else, ``records`` untouched: :func:`validate_records` /
-    :func:`analyze_records` then take them and name any problem."""
-    if validate_v2 is None:
-        return None
-    lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules
-    return validate_v2(records, max_message_bytes, lat_topic, now_ms, before, after, check_window, compact,
-                       -1 if segment_bytes is None else segment_bytes, next_offset, partition_leader_epoch,
-                       last_append_time_ms, R.crc32c, BatchInfo, ValidatedAppend, max_batches)
+def _not_compiled(records, rules, now_ms: int, next_offset: int, last_append_time_ms: int = -1,
+                  partition_leader_epoch: int | None = None, max_batches: int = 16) -> None:
+    return None
+
+
+#: validate_common(records, rules, now_ms, next_offset, last_append_time_ms=-1,
+#: partition_leader_epoch=None, max_batches=16), arguments by position:
+#: ``validate_records(records, in_place=True, ...)`` for the common case in one compiled
+#: call (``validate_v2`` itself, no Python frame around it): ``records`` writable and made
+#: only of v2 batches, uncompressed, none with the LogAppendTime attribute, every check
+#: passing (at most ``max_batches`` of them, 1 to 16, no partial batch after them).
+#: ``rules``: :func:`rules_of` the topic's config. None for anything else, ``records``
+#: untouched: :func:`validate_records` / :func:`analyze_records` then take them and name
+#: any problem. Without the compiled module, always None.
+validate_common = _not_compiled if validate_v2 is None else validate_v2
 
 
 def analyze_records(records, *, config, now_ms: int, in_place: bool = False,
