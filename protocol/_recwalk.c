@@ -673,7 +673,6 @@ fail:
     return NULL;
 }
 
-/* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
 /* an int as a long long (-1 with an exception set on failure, as PyLong_AsLongLong).
  * Where a long is as wide (LP64), through PyLong_AsLong, which reads a multi-digit int
  * directly: CPython 3.11's PyLong_AsLongLong goes through _PyLong_AsByteArray for
@@ -687,6 +686,7 @@ static inline long long as_ll(PyObject *o) {
 #endif
 }
 
+/* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
 static int arg_ll(PyObject *o, long long *out) {
     *out = as_ll(o);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
@@ -817,7 +817,8 @@ static int scan_batch(const uint8_t *b, Py_ssize_t avail, const ScanRules *r, Py
     return SCAN_TAKEN;
 }
 
-/* the rules from args[1..7] of scan_v2 / validate_v2; -1 with an exception set */
+/* the rules from args[1..7] of scan_v2 (validate_v2 takes them as one tuple); -1 with an
+ * exception set */
 static int scan_rules(PyObject *const *args, ScanRules *r) {
     if (arg_ll(args[1], &r->max_message_bytes) < 0 || arg_bool(args[2], &r->lat_topic) < 0
         || arg_ll(args[3], &r->now) < 0 || arg_ll(args[4], &r->before) < 0 || arg_ll(args[5], &r->after) < 0

@@ -173,6 +173,12 @@ def test_one_call_takes_at_most_max_batches():
     for bad in (0, 17, -1):
         with pytest.raises(ValueError, match="max_batches"):
             V.validate_common(bytearray(GOOD), V.rules_of(cfg()), NOW, 0, -1, 3, bad)
+    rules = V.rules_of(cfg())
+    for bad_rules in (rules[:6], list(rules), None):
+        with pytest.raises(TypeError, match="rules"):
+            V.validate_common(bytearray(GOOD), bad_rules, NOW, 0)
+    with pytest.raises(OverflowError):
+        V.validate_common(bytearray(GOOD), rules, NOW, 1 << 64)
 
 
 def test_one_call_leaves_a_read_only_buffer_to_the_copying_path():
