@@ -320,7 +320,8 @@ def _appended(ctx, topic, partition, records, info, now_ms, one_batch):
         if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
             # a CreateTime topic's append has no log append time (-1)
             metrics.appended(topic, records, info, log_append_time < 0, now_ms, one_batch)
-        ctx.notify_append(topic, partition)
+        if ctx.fetch_waiters:  # a long poll waits somewhere (else no call per partition)
+            ctx.notify_append(topic, partition)
     # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
     # error_message, current_leader
     return _new_partition_response(partition, 0, base_offset, log_append_time, log_start_offset, [], None,
