@@ -385,10 +385,9 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     if type(body) is not cls:
         _check_body(name, body)
     chunks: list = []
-    # size prefix (patched below), correlation id, and for a flexible header its empty
-    # tagged fields (the zero byte bytearray() starts with)
+    # size prefix and correlation id (both written below, in one pack), and for a flexible
+    # header its empty tagged fields (the zero byte bytearray() starts with)
     out = bytearray(8 + flexible_header)
-    _S_ii.pack_into(out, 0, 0, correlation_id)
     try:
         out = encoder(body, out, chunks)
     except Exception:  # noqa: BLE001 - again through _encode, for the message naming the field
@@ -396,14 +395,14 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         chunks.clear()
         out = _encode(name, api_version, body, out, chunks)
     if not chunks:  # the whole answer in ``out``
-        _S_i.pack_into(out, 0, len(out) - 4)
+        _S_ii.pack_into(out, 0, len(out) - 4, correlation_id)
         return [out]
     if len(out):
         chunks.append(out)
     total = 0
     for c in chunks:
         total += len(c)
-    _S_i.pack_into(chunks[0], 0, total - 4)
+    _S_ii.pack_into(chunks[0], 0, total - 4, correlation_id)  # the bytearray made above
     return chunks
 
 
