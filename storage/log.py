@@ -100,6 +100,10 @@ _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSeque
 _ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # of the big-endian int16 attributes
 
 
+def _tell_nobody(log: "Log") -> None:
+    """Log.on_background of a log no log manager adopted."""
+
+
 class AppendInfo(NamedTuple):
     base_offset: int
     last_offset: int
@@ -152,8 +156,9 @@ class Log:
         self.partition = partition
         #: called with this log when it may have background work: a segment rolled (to
         #: fsync), a segment set aside for deletion, a config with a flush.ms. The log
-        #: manager's periodic passes visit such logs (has_background_work) instead of all
-        self.on_background = None
+        #: manager's periodic passes visit such logs (has_background_work) instead of all;
+        #: a log of no manager (tools, tests) tells nobody
+        self.on_background = _tell_nobody
         self._set_config(config)
         self.clock = clock
         self._rng = rng
@@ -657,7 +662,7 @@ class Log:
         flush_ms = getattr(config, "flush_ms", None)
         #: flush.ms, None for never (Kafka's default, Long.MAX_VALUE)
         self.flush_interval_ms = flush_ms if flush_ms is not None and flush_ms < _LONG_MAX else None
-        if self.on_background is not None and self.flush_interval_ms is not None:
+        if self.flush_interval_ms is not None:
             self.on_background(self)
 
     # ------------------------------------------------------------------ append
@@ -797,8 +802,7 @@ class Log:
         # (fsync'd with the next flush, as Kafka defers it to its flush of the old segment)
         self._producer_state.map_end_offset = new_base_offset
         self._producer_state.take_snapshot(sync=False)
-        if self.on_background is not None:  # the rolled segment is to be fsync'd
-            self.on_background(self)
+        self.on_background(self)  # the rolled segment is to be fsync'd
         return new
 
     # ------------------------------------------------------------------ compaction
@@ -832,8 +836,7 @@ class Log:
         for seg in old:
             seg.rename_to_deleted()
             self._pending_deletes.append((now + delay, seg))
-        if self.on_background is not None:
-            self.on_background(self)
+        self.on_background(self)
         hook("deleted")
         new.change_file_suffixes(SWAP_SUFFIX, "", hook=hook)
         self._segments[i:i + k] = [new]
@@ -952,8 +955,7 @@ class Log:
                         seg.largest_timestamp, reason)
             seg.rename_to_deleted()
             self._pending_deletes.append((now_ms + delay, seg))
-        if self.on_background is not None:
-            self.on_background(self)
+        self.on_background(self)
         self._producer_state.delete_snapshots_for(seg.base_offset for seg in deletable)
         self._producer_state.on_log_start_offset_incremented(self._log_start_offset)
         return k
@@ -1090,8 +1092,7 @@ class Log:
         self._leo = offset
         self._hw = min(self._hw, offset)
         self.recovery_point = min(self.recovery_point, offset)
-        if self.on_background is not None:  # segments before the recovery point may be unsynced
-            self.on_background(self)
+        self.on_background(self)  # segments before the recovery point may be unsynced
         current = self._epochs.latest_epoch
         self._epochs.truncate_from_end(offset)
         if current is not None and self._epochs.latest_epoch != current:
