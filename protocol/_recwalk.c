@@ -817,19 +817,30 @@ static int scan_batch(const uint8_t *b, Py_ssize_t avail, const ScanRules *r, Py
     return SCAN_TAKEN;
 }
 
-/* the rules from args[1..7] of scan_v2 (validate_v2 takes them as one tuple); -1 with an
- * exception set */
-static int scan_rules(PyObject *const *args, ScanRules *r) {
-    if (arg_ll(args[1], &r->max_message_bytes) < 0 || arg_bool(args[2], &r->lat_topic) < 0
-        || arg_ll(args[3], &r->now) < 0 || arg_ll(args[4], &r->before) < 0 || arg_ll(args[5], &r->after) < 0
-        || arg_bool(args[6], &r->check_window) < 0 || arg_bool(args[7], &r->compact) < 0)
+/* ``rules``, the topic's validation rules as storage.validator.rules_of gives them
+ * (log_append_time_topic, before, after, check_window, compact, max_message_bytes,
+ * segment_bytes or None), and ``now``, into ``r`` and ``*segment_bytes`` (-1 for None),
+ * for scan_v2 and validate_v2; -1 with an exception set */
+static int scan_rules(PyObject *rules, PyObject *now, ScanRules *r, long long *segment_bytes) {
+    if (!PyTuple_Check(rules) || PyTuple_GET_SIZE(rules) != 7) {
+        PyErr_SetString(PyExc_TypeError, "rules must be the 7-tuple of storage.validator.rules_of");
+        return -1;
+    }
+    PyObject *seg_obj = PyTuple_GET_ITEM(rules, 6);
+    *segment_bytes = -1;
+    if (arg_bool(PyTuple_GET_ITEM(rules, 0), &r->lat_topic) < 0 || arg_ll(PyTuple_GET_ITEM(rules, 1), &r->before) < 0
+        || arg_ll(PyTuple_GET_ITEM(rules, 2), &r->after) < 0
+        || arg_bool(PyTuple_GET_ITEM(rules, 3), &r->check_window) < 0
+        || arg_bool(PyTuple_GET_ITEM(rules, 4), &r->compact) < 0
+        || arg_ll(PyTuple_GET_ITEM(rules, 5), &r->max_message_bytes) < 0
+        || (seg_obj != Py_None && arg_ll(seg_obj, segment_bytes) < 0) || arg_ll(now, &r->now) < 0)
         return -1;
     return 0;
 }
 
-/* scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after,
- *         check_window, compact, header_type, crc32c)
+/* scan_v2(buf, rules, now, header_type, crc32c)
  *
+ * ``rules`` as scan_rules reads them (its segment_bytes is not this step's).
  * The produce validator's steps 1-4 (storage/validator.py) for the common case, in one
  * call: v2 batches, uncompressed, without the LogAppendTime attribute, every check
  * passing.  Returns (spans, fixes, maxes) exactly as the reference path computes them,
@@ -839,12 +850,13 @@ static int scan_rules(PyObject *const *args, ScanRules *r) {
 static PyObject *scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     ScanRules rules;
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "scan_v2 takes 10 arguments (%zd given)", nargs);
+    long long segment_bytes;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "scan_v2 takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *header_type = args[8], *crc_fn = args[9];
-    if (scan_rules(args, &rules) < 0)
+    PyObject *header_type = args[3], *crc_fn = args[4];
+    if (scan_rules(args[1], args[2], &rules, &segment_bytes) < 0)
         return NULL;
     if (!is_tuple_type(header_type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple subclass");
@@ -1080,9 +1092,7 @@ static PyObject *validate_v2_setup(PyObject *self, PyObject *const *args, Py_ssi
  *             max_batches=FUSED_MAX_BATCHES)
  *   -> result_type(buf, ...) as assign_v2, or None
  *
- * ``rules``: the topic's validation rules as storage.validator.rules_of gives them,
- * (log_append_time_topic, before, after, check_window, compact, max_message_bytes,
- * segment_bytes or None). scan_v2 and assign_v2 in one call, for a writable ``buf`` made
+ * ``rules`` as scan_rules reads them. scan_v2 and assign_v2 in one call, for a writable ``buf`` made
  * entirely of batches scan_v2 takes (no trailing partial batch, at most ``max_batches``
  * of them, itself at most FUSED_MAX_BATCHES, in all at most ``segment_bytes``): what
  * Analysis.assign returns for it with ``in_place``, the append time
@@ -1093,7 +1103,7 @@ static PyObject *validate_v2_setup(PyObject *self, PyObject *const *args, Py_ssi
 static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     ScanRules rules;
-    long long segment_bytes = -1, next_offset, last_append_time = -1, max_batches = FUSED_MAX_BATCHES;
+    long long segment_bytes, next_offset, last_append_time = -1, max_batches = FUSED_MAX_BATCHES;
     if (nargs < 4 || nargs > 7) {
         PyErr_Format(PyExc_TypeError, "validate_v2 takes 4 to 7 arguments (%zd given)", nargs);
         return NULL;
@@ -1102,18 +1112,7 @@ static PyObject *validate_v2(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_RuntimeError, "validate_v2: validate_v2_setup was not called");
         return NULL;
     }
-    PyObject *r = args[1];
-    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 7) {
-        PyErr_SetString(PyExc_TypeError, "validate_v2: rules must be the 7-tuple of storage.validator.rules_of");
-        return NULL;
-    }
-    PyObject *seg_obj = PyTuple_GET_ITEM(r, 6);
-    if (arg_bool(PyTuple_GET_ITEM(r, 0), &rules.lat_topic) < 0 || arg_ll(PyTuple_GET_ITEM(r, 1), &rules.before) < 0
-        || arg_ll(PyTuple_GET_ITEM(r, 2), &rules.after) < 0 || arg_bool(PyTuple_GET_ITEM(r, 3), &rules.check_window) < 0
-        || arg_bool(PyTuple_GET_ITEM(r, 4), &rules.compact) < 0
-        || arg_ll(PyTuple_GET_ITEM(r, 5), &rules.max_message_bytes) < 0
-        || (seg_obj != Py_None && arg_ll(seg_obj, &segment_bytes) < 0)
-        || arg_ll(args[2], &rules.now) < 0 || arg_ll(args[3], &next_offset) < 0
+    if (scan_rules(args[1], args[2], &rules, &segment_bytes) < 0 || arg_ll(args[3], &next_offset) < 0
         || (nargs > 4 && arg_ll(args[4], &last_append_time) < 0)
         || (nargs > 6 && arg_ll(args[6], &max_batches) < 0))
         return NULL;
@@ -1187,8 +1186,8 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"scan_v2", (PyCFunction)(void (*)(void))scan_v2, METH_FASTCALL,
-     "scan_v2(buf, max_message_bytes, log_append_time_topic, now, before, after, check_window, compact, "
-     "header_type, crc32c) -> (spans, fixes, maxes) or None (see storage/validator.py)."},
+     "scan_v2(buf, rules, now, header_type, crc32c) -> (spans, fixes, maxes) or None "
+     "(see storage/validator.py)."},
     {"assign_v2", (PyCFunction)(void (*)(void))assign_v2, METH_FASTCALL,
      "assign_v2(buf, spans, fixes, maxes, next_offset, partition_leader_epoch, log_append_time_topic, "
      "append_time, info_type, crc32c, result_type) -> result_type(buf, next_offset, last_offset, max_timestamp, "

@@ -393,13 +393,12 @@ class _V2Analysis(Analysis):
         """The analysis of batches ``scan_v2`` takes in one call (all uncompressed, none
         with the LogAppendTime attribute, nothing to report or rebuild): the spans, fixes
         and maxes ``__init__`` and ``_conclude`` would compute. None for anything else."""
-        lat_topic, before, after, check_window, compact, max_message_bytes, segment_bytes = rules_of(config)
-        out = scan_v2(mv, max_message_bytes, lat_topic, now, before, after, check_window, compact,
-                      R.BatchHeader, R.crc32c)
+        rules = rules_of(config)
+        out = scan_v2(mv, rules, now, R.BatchHeader, R.crc32c)
         if out is None:
             return None
         self = cls.__new__(cls)
-        self._start(mv, config, now, in_place, lat_topic, True, segment_bytes)
+        self._start(mv, config, now, in_place, rules[0], True, rules[6])  # lat_topic, segment_bytes
         self.spans, self.fixes, self.maxes = out
         self.walks = None
         return self
