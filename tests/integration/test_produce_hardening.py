@@ -122,16 +122,19 @@ def cases(draw):
         data = data + zz(-draw(st.integers(1, 100))) + b"\x00" * 6
         count = n + 1
     elif kind == "flip_byte":
-        # not a record's attributes byte: Kafka neither reads nor checks it, and a flip
-        # there that keeps the record well formed tests the clients' read-back instead
-        # (kafka-python reads it as a varint, librdkafka takes bit 3 for LogAppendTime)
-        attributes_at, at = set(), 0
+        # not a record's attributes byte nor its header's key: Kafka checks neither (it
+        # does not read the attributes, and decodes a header key's UTF-8 leniently), and a
+        # flip there that keeps the record well formed tests the clients' read-back instead
+        # (kafka-python reads the attributes as a varint and refuses a key that is not
+        # UTF-8, librdkafka takes bit 3 for LogAppendTime)
+        unchecked_at, at = set(), 0
         for r in recs:
             n_len = next(i for i, c in enumerate(r) if c < 0x80) + 1  # the length varint's bytes
-            attributes_at.add(at + n_len)
+            unchecked_at.add(at + n_len)
+            unchecked_at.add(at + len(r) - 4)  # the key "h" of its header, 4th byte from the end
             at += len(r)
         b = bytearray(data)
-        b[draw(st.integers(0, len(b) - 1).filter(lambda i: i not in attributes_at))] = draw(st.integers(0, 255))
+        b[draw(st.integers(0, len(b) - 1).filter(lambda i: i not in unchecked_at))] = draw(st.integers(0, 255))
         data = bytes(b)
     true_max = max(now + d for d in deltas)
     max_ts = true_max + draw(st.integers(1, 10**9)) if kind == "max_ts_lie" else true_max
