@@ -63,6 +63,10 @@ def _round_down(number: int, factor: int) -> int:
 class AbstractIndex:
     """Entry-format-agnostic part of an mmap-backed index file."""
 
+    # every field a slot: storage/_append.c reads is_full's two where they sit in the object
+    __slots__ = ("entries", "max_entries", "_map_obj", "_written", "base_offset", "length", "max_index_size", "path",
+                 "writable", "__weakref__")
+
     ENTRY_SIZE: int = 0
     _STRUCT: struct.Struct  # entry layout
     _KEY_STRUCT: struct.Struct  # the search key at offset 0 of an entry

@@ -138,6 +138,15 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
 class Log:
     """A partition log.  Synchronous; meant for the broker's single asyncio thread."""
 
+    # every field a slot: storage/_append.c reads and writes the common append's where they
+    # sit in the object (the first line), and CPython 3.11 specializes attribute reads of
+    # a class with slots and no __dict__ only
+    __slots__ = ("_leo", "_hw", "_last_append_time_ms", "recovery_point", "_append_limits", "_segments",
+                 "_producer_state", "_log_start_offset",
+                 "_bases", "_closed", "_epochs", "_first_recovered_base", "_pending_deletes", "_rng",
+                 "_validation_rules", "clock", "config", "dir", "flush_interval_ms", "last_flush_ms", "on_background",
+                 "partition", "producer_id_expiration_ms", "topic", "topic_id", "__weakref__")
+
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
                  log_start_offset: int | None = None, had_clean_shutdown: bool = False,
@@ -1188,8 +1197,9 @@ class Log:
                 f"end={self._leo}, segments={len(self._segments)})")
 
 
-#: flush.messages when the config has none: never by message count
-_NO_FLUSH = float("inf")
+#: flush.messages when the config has none: never by message count (Kafka's default,
+#: Long.MAX_VALUE; an int, as storage/_append.c reads it)
+_NO_FLUSH = _LONG_MAX
 
 
 def _max_segment_ms(config) -> int:

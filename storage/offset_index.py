@@ -29,6 +29,7 @@ class OffsetPosition(NamedTuple):
 
 
 class OffsetIndex(AbstractIndex):
+    __slots__ = ("_last_offset",)
     ENTRY_SIZE = 8
     _STRUCT = struct.Struct(">ii")
     _KEY_STRUCT = struct.Struct(">i")

@@ -159,6 +159,14 @@ def random_segment_jitter(segment_jitter_ms: int, segment_ms: int, rng=None) -> 
 class LogSegment:
     """A segment of a partition log.  Not thread-safe (single asyncio thread)."""
 
+    # every field a slot: storage/_append.c reads and writes the common append's where they
+    # sit in the object (the first two lines; storage.log's common append), and CPython
+    # 3.11 specializes attribute reads of a class with slots and no __dict__ only
+    __slots__ = ("_size", "_bytes_since_last_index_entry", "index_interval_bytes", "base_offset", "_rolling_ts",
+                 "roll_jitter_ms", "created_ms", "offset_index", "time_index", "_file", "_max_ts", "_max_ts_offset",
+                 "clock", "dir", "log_path", "max_index_size", "offset_index_existed", "offset_index_path",
+                 "time_index_existed", "time_index_path", "txn_index", "txn_index_path", "__weakref__")
+
     def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, roll_jitter_ms: int = 0, clock=None,
                  suffix: str = "", existing=None):

@@ -34,6 +34,7 @@ class TimestampOffset(NamedTuple):
 
 
 class TimeIndex(AbstractIndex):
+    __slots__ = ("_last",)
     ENTRY_SIZE = 12
     _STRUCT = struct.Struct(">qi")
     _KEY_STRUCT = struct.Struct(">q")
