@@ -94,6 +94,12 @@ setup(
             optional=True,
         ),
         Extension(
+            PREFIX + "storage._append",
+            sources=["storage/_append.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
             PREFIX + "storage._cleaner",
             sources=["storage/_cleaner.c"],
             extra_compile_args=["-O2"],

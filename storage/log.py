@@ -76,8 +76,12 @@ from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
 from storage.validator import rules_of, validate_common
+from storage.open_files import OPEN_FILES
+from storage.index import AbstractIndex
 from storage.segment import (
+    _UNKNOWN,
     LogSegment,
+    _LogFile,
     OffsetAndTimestamp,
     log_file_name,
     offset_index_file_name,
@@ -119,6 +123,21 @@ class AppendInfo(NamedTuple):
 
 #: ``AppendInfo._make`` without its Python-level frame (one per append)
 _new_append_info = functools.partial(tuple.__new__, AppendInfo)
+
+
+def _append_one_not_compiled(log, va, now_ms):
+    """``storage._append.append_one`` when the extension is not built: never the
+    case it takes, so :meth:`Log.append_produced` always goes through ``Log._append``."""
+    return None
+
+
+try:  # storage/_append.c: Log._append's common one-batch case in one call (set up below Log)
+    from storage import _append as _compiled_append
+except ImportError:  # pragma: no cover - the normal install builds it
+    _compiled_append = None
+_append_one = _append_one_not_compiled if _compiled_append is None else _compiled_append.append_one
+#: whether storage/_append.c is built (the broker warns at start when it is not)
+APPEND_COMPILED = _compiled_append is not None
 
 
 class FetchDataInfo(NamedTuple):
@@ -701,7 +720,11 @@ class Log:
             return None
         va = validate_common(records, self._validation_rules, now_ms, self._leo, self._last_append_time_ms,
                              self._epochs.latest_epoch, max_batches)
-        return None if va is None else self._append(va, now_ms, False)
+        if va is None:
+            return None
+        # one batch without a producer id into a segment needing no roll and no index
+        # entry: storage/_append.c does what _append does for it (None: not that case)
+        return _append_one(self, va, now_ms) or self._append(va, now_ms, False)
 
     def append_analysis(self, analysis, *, coordinator: bool = False) -> AppendInfo:
         """Append a completed ``storage.validator.Analysis``: offsets from the log end,
@@ -1216,3 +1239,7 @@ def _unlink(path: str) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+if _compiled_append is not None:
+    _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN, OPEN_FILES)

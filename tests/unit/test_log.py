@@ -538,3 +538,99 @@ def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, r
     assert fast == slow
     assert n_fast == n_slow > 5  # rolls happened
     assert used > 150 and first >= 1
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+@pytest.mark.parametrize("rolls", sorted(_ROLLS))
+def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, timestamp_type, rolls):
+    """storage/_append.c (Log.append_produced's one batch without a producer id into a
+    segment needing no roll and no index entry) leaves the same files, segments, log and
+    producer state and answers the same AppendInfo as Log._append does for the same
+    produced appends: random sizes crossing index.interval.bytes, timestamps going back
+    and forward, rolls by segment.bytes, segment.ms (with segment.jitter.ms) and full
+    indexes, flushes by flush.messages, multi-batch appends, idempotent producers' batches
+    and a released segment file descriptor (the open-files LRU's eviction) in between."""
+    from protocol import records as R
+    from storage import log as log_mod
+
+    assert log_mod._compiled_append is not None, "storage/_append.c is not built (make venv builds it)"
+    compiled = log_mod._append_one
+    segment_bytes, segment_ms, index_bytes, steps = _ROLLS[rolls]
+
+    def run(name, use_compiled):
+        rng = random.Random(seed)
+        clock = ManualClock(1_700_000_000_000)
+        # segment.jitter.ms: each segment's roll jitter drawn from the same seeded rng in both runs
+        log = Log(str(tmp_path / name), topic_config(
+            segment_bytes=segment_bytes, segment_ms=segment_ms, segment_jitter_ms=segment_ms // 3,
+            segment_index_bytes=index_bytes, index_interval_bytes=300, flush_messages=25,
+            message_timestamp_type=timestamp_type), clock, rng=random.Random(seed))
+        taken = []
+        if use_compiled:
+            def counting(lg, va, now_ms):
+                info = compiled(lg, va, now_ms)
+                taken.append(info is not None)
+                return info
+            monkeypatch.setattr(log_mod, "_append_one", counting)
+        else:
+            monkeypatch.setattr(log_mod, "_append_one", log_mod._append_one_not_compiled)
+        answers = []
+        t = 1_700_000_000_000
+        seq = 0
+        for i in range(400):
+            t += rng.choice(steps)
+            clock.advance(rng.choice([0, 0, 10, 20_000]))
+            recs = [(t, b"v" * rng.choice([0, 10, 60, 200])) for j in range(rng.randint(1, 3))]
+            kind = rng.random()
+            if kind < 0.1:  # two batches in one append
+                batches = [build_batch(recs), build_batch(recs[:1])]
+            elif kind < 0.2:  # an idempotent producer's batch
+                batches = [R.build_batch([(ts, None, v) for ts, v in recs], producer_id=7, producer_epoch=0,
+                                         base_sequence=seq)]
+                seq += len(recs)
+            else:
+                batches = [build_batch(recs)]
+            if rng.random() < 0.05:
+                log.active_segment.file._release()  # as OPEN_FILES releases the least recently used
+            info = log.append_produced(memoryview(bytearray(b"".join(batches))), clock.time_ms(), 16)
+            answers.append(tuple(info))
+        state = (_segment_state(log), answers, log._last_append_time_ms, log.recovery_point,
+                 log.producer_state.map_end_offset, log.producer_state.last_entry(7))
+        monkeypatch.undo()
+        log.close()
+        return state, len(log.segments), taken
+
+    fast, n_fast, taken = run("fast-0", True)
+    slow, n_slow, _ = run("slow-0", False)
+    assert fast == slow
+    assert n_fast == n_slow > 5  # rolls happened
+    assert sum(taken) > 100 and not all(taken)  # the compiled path took most, the Python path the rest
+
+
+def test_a_failed_compiled_write_changes_nothing(tmp_path):
+    """A write the compiled append cannot make (here: a descriptor that is not open) is
+    left to the Python path, which raises the storage error; nothing is appended, and the
+    next append after the file is back goes on from the same log end."""
+    from storage.errors import KafkaStorageError
+
+    clock = ManualClock(1_700_000_000_000)
+    log = new_log(tmp_path, clock=clock)
+    now = clock.time_ms()
+    assert log.append_produced(memoryview(bytearray(build_batch([(now, b"a")]))), now, 1).base_offset == 0
+    seg = log.active_segment
+    size, real_fd = seg.size, seg.file.fd
+    spare = os.open(os.path.join(str(tmp_path), "spare"), os.O_RDWR | os.O_CREAT)
+    os.close(spare)  # a descriptor number nothing has open
+    seg.file.fd = spare
+    try:
+        with pytest.raises(KafkaStorageError, match="I/O error appending"):
+            log.append_produced(memoryview(bytearray(build_batch([(now, b"b")]))), now, 1)
+    finally:
+        seg.file.fd = real_fd
+    assert (log.log_end_offset, seg.size) == (1, size)
+    info = log.append_produced(memoryview(bytearray(build_batch([(now, b"c")]))), now, 1)
+    assert (info.base_offset, log.log_end_offset) == (1, 2)
+    from protocol import records as R
+
+    assert [bytes(r.value) for *_, raw in read_all(log) for r in R.iter_records(bytes(raw), 0)] == [b"a", b"c"]

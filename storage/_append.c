@@ -1,0 +1,355 @@
+/* storage/_append.c - the produce path's common append, compiled: what Log._append,
+ * Log._write and LogSegment.append_unindexed do for one v2 batch without a producer id
+ * (producerId -1) appended to an active segment that needs no roll and no index entry for
+ * it, in one call instead of three Python frames and their helpers.
+ *
+ * Owns no on-disk format and no state. It reads and writes fields of the objects of
+ * storage/log.py (Log), storage/segment.py (LogSegment, _LogFile) and storage/index.py
+ * (an index's ``entries`` and ``max_entries``), each declared in its class's __slots__ so
+ * that it sits at a fixed offset of the object, with the same values and in the same
+ * cases as those methods, which stay the reference: the tests drive the same appends
+ * through both and compare every file and every field.
+ *
+ *   setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, open_files)
+ *       once, from storage.log at import: AppendInfo; Log, LogSegment, AbstractIndex and
+ *       _LogFile, whose fields' offsets it takes from their member descriptors;
+ *       storage.segment._UNKNOWN (a segment's first timestamp not known yet); and
+ *       storage.open_files.OPEN_FILES, whose LRU (``_lru``, an OrderedDict made once) the
+ *       append moves its file to the end of, as OpenFiles.touch does
+ *   append_one(log, va, now_ms) -> AppendInfo | None
+ *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
+ *       ``now_ms``: the append's clock reading. None when the append is not that case or
+ *       anything is unexpected (the segment file's descriptor released, a short write, a
+ *       value out of 64 bits), with nothing changed: the caller then takes Log._append,
+ *       which handles every case and raises every error. The write is one pwrite at the
+ *       segment's size, the GIL released as os.pwrite releases it; a partial write is
+ *       rewritten whole by the fallback at the same position.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <limits.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#define PRODUCER_ID_OFFSET 43 /* of the big-endian int64 producerId in a v2 batch header */
+#define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
+
+static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_type, *unknown_ts,
+    *lru_move_to_end, *s_flush, *s_map_end_offset;
+
+/* Where each field lives in its object: the offset of the __slots__ field (a member
+ * descriptor of type T_OBJECT_EX) of its class, found once by setup(). The fields are read
+ * and written there directly, as a member descriptor reads and writes them: a few
+ * instructions instead of an attribute lookup through the type (~150). Only objects of
+ * exactly those classes (an index: of the index base class or a subclass) are taken. */
+static Py_ssize_t o_leo, o_hw, o_last_append_time_ms, o_recovery_point, o_append_limits, o_segments,
+    o_producer_state, o_log_start_offset, o_size, o_bytes_since, o_index_interval_bytes, o_base_offset, o_rolling_ts,
+    o_roll_jitter_ms, o_created_ms, o_offset_index, o_time_index, o_file, o_max_ts, o_max_ts_offset, o_entries,
+    o_max_entries, o_fd;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* obj's field at ``off`` = v (a new reference, stolen; -1 when NULL, with the error set) */
+static int set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
+    if (!v)
+        return -1;
+    PyObject *old = SLOT(obj, off);
+    SLOT(obj, off) = v;
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* an int (NULL: an unset field) as a long long; -1 when it is not an int or not within 64
+ * bits (any error cleared: the caller falls back). PyLong_AsLong on LP64: CPython 3.11's
+ * PyLong_AsLongLong reads any int over one 30-bit digit through _PyLong_AsByteArray,
+ * several times the work. */
+static int to_ll(PyObject *o, long long *out) {
+    if (!o || !PyLong_Check(o))
+        return -1;
+#if LONG_MAX == LLONG_MAX
+    long long v = PyLong_AsLong(o);
+#else
+    long long v = PyLong_AsLongLong(o);
+#endif
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static inline int slot_ll(PyObject *obj, Py_ssize_t off, long long *out) { return to_ll(SLOT(obj, off), out); }
+
+/* whether the index in seg's field ``off`` has ``reserve`` or fewer free slots:
+ * OffsetIndex.is_full (reserve 0), TimeIndex.is_full (reserve 1: a slot is kept for the
+ * entry written on roll); -1 when it is not an index */
+static int index_full(PyObject *seg, Py_ssize_t off, long long reserve) {
+    PyObject *idx = SLOT(seg, off);
+    long long entries, max_entries;
+    if (!idx || !PyObject_TypeCheck(idx, (PyTypeObject *)index_type) || slot_ll(idx, o_entries, &entries) < 0
+        || slot_ll(idx, o_max_entries, &max_entries) < 0)
+        return -1;
+    return entries >= max_entries - reserve;
+}
+
+/* the offset of cls's __slots__ field ``name``; -1 with an exception set */
+static int slot_offset(PyObject *cls, const char *name, Py_ssize_t *out) {
+    PyObject *d = PyObject_GetAttrString(cls, name);
+    if (!d)
+        return -1;
+    if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ field", ((PyTypeObject *)cls)->tp_name, name);
+        Py_DECREF(d);
+        return -1;
+    }
+    *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    return 0;
+}
+
+static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
+        || !PyType_Check(args[1]) || !PyType_Check(args[2]) || !PyType_Check(args[3]) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "setup(append_info_type, log_type, segment_type, index_type, file_type, "
+                                         "unknown, open_files): a tuple subclass and four classes first");
+        return NULL;
+    }
+    PyObject *log_cls = args[1], *seg_cls = args[2], *idx_cls = args[3], *file_cls = args[4];
+    struct {
+        PyObject *cls;
+        const char *name;
+        Py_ssize_t *off;
+    } fields[] = {
+        {log_cls, "_leo", &o_leo},
+        {log_cls, "_hw", &o_hw},
+        {log_cls, "_last_append_time_ms", &o_last_append_time_ms},
+        {log_cls, "recovery_point", &o_recovery_point},
+        {log_cls, "_append_limits", &o_append_limits},
+        {log_cls, "_segments", &o_segments},
+        {log_cls, "_producer_state", &o_producer_state},
+        {log_cls, "_log_start_offset", &o_log_start_offset},
+        {seg_cls, "_size", &o_size},
+        {seg_cls, "_bytes_since_last_index_entry", &o_bytes_since},
+        {seg_cls, "index_interval_bytes", &o_index_interval_bytes},
+        {seg_cls, "base_offset", &o_base_offset},
+        {seg_cls, "_rolling_ts", &o_rolling_ts},
+        {seg_cls, "roll_jitter_ms", &o_roll_jitter_ms},
+        {seg_cls, "created_ms", &o_created_ms},
+        {seg_cls, "offset_index", &o_offset_index},
+        {seg_cls, "time_index", &o_time_index},
+        {seg_cls, "_file", &o_file},
+        {seg_cls, "_max_ts", &o_max_ts},
+        {seg_cls, "_max_ts_offset", &o_max_ts_offset},
+        {idx_cls, "entries", &o_entries},
+        {idx_cls, "max_entries", &o_max_entries},
+        {file_cls, "fd", &o_fd},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0)
+            return NULL;
+    PyObject *lru = PyObject_GetAttrString(args[6], "_lru");
+    if (!lru)
+        return NULL;
+    PyObject *move = PyObject_GetAttrString(lru, "move_to_end");
+    Py_DECREF(lru);
+    if (!move)
+        return NULL;
+    Py_XSETREF(append_info_type, Py_NewRef(args[0]));
+    Py_XSETREF(log_type, Py_NewRef(log_cls));
+    Py_XSETREF(segment_type, Py_NewRef(seg_cls));
+    Py_XSETREF(index_type, Py_NewRef(idx_cls));
+    Py_XSETREF(file_type, Py_NewRef(file_cls));
+    Py_XSETREF(unknown_ts, Py_NewRef(args[5]));
+    Py_XSETREF(lru_move_to_end, move);
+    Py_RETURN_NONE;
+}
+
+/* The checks, each a case the Python path takes instead, in the order of Log._append,
+ * Log._write and LogSegment.append_unindexed; then the write and the state. */
+static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "append_one(log, va, now_ms)");
+        return NULL;
+    }
+    if (!append_info_type) {
+        PyErr_SetString(PyExc_RuntimeError, "storage._append.setup() was not called");
+        return NULL;
+    }
+    PyObject *log = args[0], *va = args[1];
+    long long now_ms;
+    if ((PyObject *)Py_TYPE(log) != log_type || to_ll(args[2], &now_ms) < 0 || !PyTuple_Check(va)
+        || PyTuple_GET_SIZE(va) != 8)
+        Py_RETURN_NONE;
+    /* ValidatedAppend: buffer, base_offset, last_offset, max_timestamp,
+     * offset_of_max_timestamp, log_append_time, record_count, batches */
+    PyObject *buf = PyTuple_GET_ITEM(va, 0), *base_obj = PyTuple_GET_ITEM(va, 1), *last_obj = PyTuple_GET_ITEM(va, 2),
+             *max_ts_obj = PyTuple_GET_ITEM(va, 3), *lat_obj = PyTuple_GET_ITEM(va, 5),
+             *count_obj = PyTuple_GET_ITEM(va, 6), *batches = PyTuple_GET_ITEM(va, 7);
+    long long base_offset, last_offset, max_ts, record_count, position, lat = -1;
+    if (to_ll(base_obj, &base_offset) < 0 || to_ll(last_obj, &last_offset) < 0 || to_ll(max_ts_obj, &max_ts) < 0
+        || to_ll(count_obj, &record_count) < 0 || record_count == 0)
+        Py_RETURN_NONE;
+    if (lat_obj != Py_None && to_ll(lat_obj, &lat) < 0)
+        Py_RETURN_NONE;
+    /* one batch (a BatchInfo: position, size, ...) */
+    PyObject *batch;
+    if (PyList_Check(batches) && PyList_GET_SIZE(batches) == 1)
+        batch = PyList_GET_ITEM(batches, 0);
+    else if (PyTuple_Check(batches) && PyTuple_GET_SIZE(batches) == 1)
+        batch = PyTuple_GET_ITEM(batches, 0);
+    else
+        Py_RETURN_NONE;
+    if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) < 1 || to_ll(PyTuple_GET_ITEM(batch, 0), &position) < 0)
+        Py_RETURN_NONE;
+
+    /* the log's state */
+    long long leo, segment_bytes, segment_ms, flush_messages;
+    PyObject *limits = SLOT(log, o_append_limits), *segments = SLOT(log, o_segments);
+    if (slot_ll(log, o_leo, &leo) < 0 || base_offset != leo || !limits || !PyTuple_Check(limits)
+        || PyTuple_GET_SIZE(limits) != 3 || to_ll(PyTuple_GET_ITEM(limits, 0), &segment_bytes) < 0
+        || to_ll(PyTuple_GET_ITEM(limits, 1), &segment_ms) < 0
+        || to_ll(PyTuple_GET_ITEM(limits, 2), &flush_messages) < 0 || !segments || !PyList_Check(segments)
+        || PyList_GET_SIZE(segments) == 0)
+        Py_RETURN_NONE;
+    /* borrowed until the write: nothing before it runs Python code that could drop it */
+    PyObject *seg = PyList_GET_ITEM(segments, PyList_GET_SIZE(segments) - 1);
+    if ((PyObject *)Py_TYPE(seg) != segment_type)
+        Py_RETURN_NONE;
+
+    /* LogSegment.append_unindexed's case */
+    long long current, since_index, interval, seg_base;
+    if (slot_ll(seg, o_size, &current) < 0 || slot_ll(seg, o_bytes_since, &since_index) < 0
+        || slot_ll(seg, o_index_interval_bytes, &interval) < 0 || since_index > interval
+        || slot_ll(seg, o_base_offset, &seg_base) < 0 || last_offset - seg_base < 0
+        || last_offset - seg_base > REL_OFFSET_MAX)
+        Py_RETURN_NONE;
+    if (current) {
+        PyObject *ts_obj = SLOT(seg, o_rolling_ts);
+        long long ts, waited, created, jitter;
+        if (!ts_obj || ts_obj == unknown_ts || ts_obj == Py_None || to_ll(ts_obj, &ts) < 0)
+            Py_RETURN_NONE;
+        if (ts >= 0)
+            waited = max_ts - ts;
+        else if (slot_ll(seg, o_created_ms, &created) < 0)
+            Py_RETURN_NONE;
+        else
+            waited = now_ms - created;
+        if (slot_ll(seg, o_roll_jitter_ms, &jitter) < 0 || waited > segment_ms - jitter
+            || index_full(seg, o_offset_index, 0) != 0 || index_full(seg, o_time_index, 1) != 0)
+            Py_RETURN_NONE;
+    }
+    long long fd, seg_max_ts;
+    PyObject *file = SLOT(seg, o_file);
+    if (slot_ll(seg, o_max_ts, &seg_max_ts) < 0 || !file || (PyObject *)Py_TYPE(file) != file_type
+        || slot_ll(file, o_fd, &fd) < 0 || fd < 0 || fd > INT_MAX)
+        Py_RETURN_NONE;
+
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const long long n = view.len;
+    /* without a producer id (the int64's first byte has the sign bit: -1), within the
+     * segment's bytes */
+    if (n == 0 || n > segment_bytes || current > segment_bytes - n || position < 0 || position + PRODUCER_ID_OFFSET >= n
+        || ((const unsigned char *)view.buf)[position + PRODUCER_ID_OFFSET] < 0x80) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    /* the write: all of it, else nothing changed here (the fallback rewrites it whole) */
+    Py_INCREF(seg);
+    Py_INCREF(file);
+    ssize_t written;
+    Py_BEGIN_ALLOW_THREADS
+    written = pwrite((int)fd, view.buf, (size_t)n, (off_t)current);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *result = NULL;
+    if (written != n) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+
+    /* written: the state, as the Python path leaves it (an error here is a bug: raised) */
+    /* OPEN_FILES.touch(file): the most recently used handle (one the LRU does not hold is
+     * left alone) */
+    PyObject *touched = PyObject_CallOneArg(lru_move_to_end, file);
+    if (touched)
+        Py_DECREF(touched);
+    else if (PyErr_ExceptionMatches(PyExc_KeyError))
+        PyErr_Clear();
+    else
+        goto done;
+    if (current == 0)
+        set_slot(seg, o_rolling_ts, Py_NewRef(max_ts_obj));
+    if (set_slot(seg, o_size, PyLong_FromLongLong(current + n)) < 0)
+        goto done;
+    if (max_ts > seg_max_ts) {
+        set_slot(seg, o_max_ts, Py_NewRef(max_ts_obj));
+        set_slot(seg, o_max_ts_offset, Py_NewRef(last_obj));
+    }
+    if (set_slot(seg, o_bytes_since, PyLong_FromLongLong(since_index + n)) < 0)
+        goto done;
+    PyObject *new_leo = PyLong_FromLongLong(last_offset + 1);
+    if (!new_leo)
+        goto done;
+    set_slot(log, o_leo, Py_NewRef(new_leo));
+    set_slot(log, o_hw, Py_NewRef(new_leo));
+    long long last_lat, recovery_point;
+    int rc = 0;
+    if (lat >= 0 && (slot_ll(log, o_last_append_time_ms, &last_lat) < 0 || lat > last_lat))
+        set_slot(log, o_last_append_time_ms, Py_NewRef(lat_obj));
+    if (slot_ll(log, o_recovery_point, &recovery_point) < 0) {
+        PyErr_SetString(PyExc_TypeError, "Log.recovery_point is not an int");
+        rc = -1;
+    } else if (last_offset + 1 - recovery_point >= flush_messages) {
+        PyObject *flushed = PyObject_CallMethodNoArgs(log, s_flush);
+        rc = flushed ? 0 : -1;
+        Py_XDECREF(flushed);
+    }
+    PyObject *psm = SLOT(log, o_producer_state);
+    if (rc == 0)
+        rc = psm ? PyObject_SetAttr(psm, s_map_end_offset, new_leo) : -1;
+    if (rc == 0 && !psm)
+        PyErr_SetString(PyExc_AttributeError, "Log._producer_state");
+    Py_DECREF(new_leo);
+    PyObject *lso = SLOT(log, o_log_start_offset);
+    if (rc < 0 || !lso) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "Log._log_start_offset");
+        goto done;
+    }
+    /* AppendInfo(base_offset, last_offset, log_append_time, log_start_offset,
+     * record_count, max_timestamp, duplicate=False), made in place */
+    result = ((PyTypeObject *)append_info_type)->tp_alloc((PyTypeObject *)append_info_type, 7);
+    if (!result)
+        goto done;
+    PyObject *items[7] = {base_obj, last_obj, lat_obj, lso, count_obj, max_ts_obj, Py_False};
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(result, i, Py_NewRef(items[i]));
+done:
+    Py_DECREF(seg);
+    Py_DECREF(file);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))ap_setup, METH_FASTCALL,
+     "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, open_files): the classes "
+     "whose fields append_one reads and writes, what it returns and the LRU it touches"},
+    {"append_one", (PyCFunction)(void (*)(void))ap_append_one, METH_FASTCALL,
+     "append_one(log, va, now_ms) -> AppendInfo | None: Log._append's common one-batch case"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_append", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__append(void) {
+    if (!(s_flush = PyUnicode_InternFromString("flush"))
+        || !(s_map_end_offset = PyUnicode_InternFromString("map_end_offset")))
+        return NULL;
+    return PyModule_Create(&module);
+}
