@@ -188,11 +188,6 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
              *max_ts_obj = PyTuple_GET_ITEM(va, 3), *lat_obj = PyTuple_GET_ITEM(va, 5),
              *count_obj = PyTuple_GET_ITEM(va, 6), *batches = PyTuple_GET_ITEM(va, 7);
     long long base_offset, last_offset, max_ts, record_count, position, lat = -1;
-    if (to_ll(base_obj, &base_offset) < 0 || to_ll(last_obj, &last_offset) < 0 || to_ll(max_ts_obj, &max_ts) < 0
-        || to_ll(count_obj, &record_count) < 0 || record_count == 0)
-        Py_RETURN_NONE;
-    if (lat_obj != Py_None && to_ll(lat_obj, &lat) < 0)
-        Py_RETURN_NONE;
     /* one batch (a BatchInfo: position, size, ...) */
     PyObject *batch;
     if (PyList_Check(batches) && PyList_GET_SIZE(batches) == 1)
@@ -204,6 +199,21 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) < 1 || to_ll(PyTuple_GET_ITEM(batch, 0), &position) < 0)
         Py_RETURN_NONE;
 
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const long long n = view.len;
+    /* without a producer id (the int64's first byte has the sign bit: -1); first, so that
+     * an idempotent producer's batch goes to the Python path at once */
+    if (n == 0 || position < 0 || position + PRODUCER_ID_OFFSET >= n
+        || ((const unsigned char *)view.buf)[position + PRODUCER_ID_OFFSET] < 0x80)
+        goto not_this_case;
+    if (to_ll(base_obj, &base_offset) < 0 || to_ll(last_obj, &last_offset) < 0 || to_ll(max_ts_obj, &max_ts) < 0
+        || to_ll(count_obj, &record_count) < 0 || record_count == 0 || (lat_obj != Py_None && to_ll(lat_obj, &lat) < 0))
+        goto not_this_case;
+
     /* the log's state */
     long long leo, segment_bytes, segment_ms, flush_messages;
     PyObject *limits = SLOT(log, o_append_limits), *segments = SLOT(log, o_segments);
@@ -212,53 +222,41 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
         || to_ll(PyTuple_GET_ITEM(limits, 1), &segment_ms) < 0
         || to_ll(PyTuple_GET_ITEM(limits, 2), &flush_messages) < 0 || !segments || !PyList_Check(segments)
         || PyList_GET_SIZE(segments) == 0)
-        Py_RETURN_NONE;
+        goto not_this_case;
     /* borrowed until the write: nothing before it runs Python code that could drop it */
     PyObject *seg = PyList_GET_ITEM(segments, PyList_GET_SIZE(segments) - 1);
     if ((PyObject *)Py_TYPE(seg) != segment_type)
-        Py_RETURN_NONE;
+        goto not_this_case;
 
     /* LogSegment.append_unindexed's case */
     long long current, since_index, interval, seg_base;
-    if (slot_ll(seg, o_size, &current) < 0 || slot_ll(seg, o_bytes_since, &since_index) < 0
+    if (n > segment_bytes || slot_ll(seg, o_size, &current) < 0 || current > segment_bytes - n
+        || slot_ll(seg, o_bytes_since, &since_index) < 0
         || slot_ll(seg, o_index_interval_bytes, &interval) < 0 || since_index > interval
         || slot_ll(seg, o_base_offset, &seg_base) < 0 || last_offset - seg_base < 0
         || last_offset - seg_base > REL_OFFSET_MAX)
-        Py_RETURN_NONE;
+        goto not_this_case;
     if (current) {
         PyObject *ts_obj = SLOT(seg, o_rolling_ts);
         long long ts, waited, created, jitter;
         if (!ts_obj || ts_obj == unknown_ts || ts_obj == Py_None || to_ll(ts_obj, &ts) < 0)
-            Py_RETURN_NONE;
+            goto not_this_case;
         if (ts >= 0)
             waited = max_ts - ts;
         else if (slot_ll(seg, o_created_ms, &created) < 0)
-            Py_RETURN_NONE;
+            goto not_this_case;
         else
             waited = now_ms - created;
         if (slot_ll(seg, o_roll_jitter_ms, &jitter) < 0 || waited > segment_ms - jitter
             || index_full(seg, o_offset_index, 0) != 0 || index_full(seg, o_time_index, 1) != 0)
-            Py_RETURN_NONE;
+            goto not_this_case;
     }
     long long fd, seg_max_ts;
     PyObject *file = SLOT(seg, o_file);
     if (slot_ll(seg, o_max_ts, &seg_max_ts) < 0 || !file || (PyObject *)Py_TYPE(file) != file_type
         || slot_ll(file, o_fd, &fd) < 0 || fd < 0 || fd > INT_MAX)
-        Py_RETURN_NONE;
+        goto not_this_case;
 
-    Py_buffer view;
-    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    const long long n = view.len;
-    /* without a producer id (the int64's first byte has the sign bit: -1), within the
-     * segment's bytes */
-    if (n == 0 || n > segment_bytes || current > segment_bytes - n || position < 0 || position + PRODUCER_ID_OFFSET >= n
-        || ((const unsigned char *)view.buf)[position + PRODUCER_ID_OFFSET] < 0x80) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
     /* the write: all of it, else nothing changed here (the fallback rewrites it whole) */
     Py_INCREF(seg);
     Py_INCREF(file);
@@ -334,6 +332,10 @@ done:
     Py_DECREF(seg);
     Py_DECREF(file);
     return result;
+
+not_this_case:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
