@@ -231,3 +231,22 @@ def test_record_timestamp_at_steps_over_transaction_markers(tmp_path):
     assert record_timestamp_at(plog, end + 1) is None  # only a marker there: no record
     plog.append(bytearray(R.build_batch([(NOW - 100, None, b"after")])), in_place=True)
     assert record_timestamp_at(plog, end + 1) == NOW - 100
+
+
+def test_observe_ms_counts_as_observe_does():
+    """A histogram's observe_ms(ms) (the append delay's: a bucket from a table under
+    _MS_TABLE_SIZE ms, by bisection above) leaves the counts and sum observe(ms / 1000)
+    leaves: every ms up to twice the table, and each bound's neighbours."""
+    from broker.metrics import _MS_TABLE_SIZE, APPEND_DELAY_BUCKETS, _HistogramChild
+
+    for bounds in (tuple(float(b) for b in APPEND_DELAY_BUCKETS), (0.0005, 0.0015, 0.002, 1.0235, 7.5)):
+        by_ms, by_s = _HistogramChild(bounds), _HistogramChild(bounds)
+        values = set(range(2 * _MS_TABLE_SIZE))
+        for bound in bounds:
+            ms = round(bound * 1000)
+            values |= {v for v in (ms - 1, ms, ms + 1) if v >= 0}
+        for ms in sorted(values):
+            by_ms.observe_ms(ms)
+            by_s.observe(ms / 1000.0)
+        assert by_ms.counts == by_s.counts and by_ms.sum == by_s.sum
+        assert sum(by_ms.counts) == len(values) and all(by_ms.counts[:-1])  # every bucket was reached
