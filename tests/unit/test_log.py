@@ -485,6 +485,29 @@ _ROLLS = {
 }
 
 
+def _random_appends(rng, clock, steps, n=400):
+    """``n`` appends' batches, the clock advanced before each: one plain batch of 1-3
+    records of random sizes mostly, every tenth two batches, every tenth an idempotent
+    producer's (id 7) batch; timestamps moved by one of ``steps`` each time."""
+    from protocol import records as R
+
+    t = 1_700_000_000_000
+    seq = 0
+    for _ in range(n):
+        t += rng.choice(steps)
+        clock.advance(rng.choice([0, 0, 10, 20_000]))
+        recs = [(t, b"v" * rng.choice([0, 10, 60, 200])) for j in range(rng.randint(1, 3))]
+        kind = rng.random()
+        if kind < 0.1:  # two batches in one append
+            yield [build_batch(recs), build_batch(recs[:1])]
+        elif kind < 0.2:  # an idempotent producer's batch
+            yield [R.build_batch([(ts, None, v) for ts, v in recs], producer_id=7, producer_epoch=0,
+                                 base_sequence=seq)]
+            seq += len(recs)
+        else:
+            yield [build_batch(recs)]
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("rolls", sorted(_ROLLS))
 def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, rolls):
@@ -494,7 +517,6 @@ def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, r
     sizes crossing index.interval.bytes, timestamps going back and forward (time index
     entries, max timestamps), rolls by segment.bytes, by segment.ms and by full indexes,
     multi-batch appends and batches with a producer id in between."""
-    from protocol import records as R
     from storage.segment import LogSegment
 
     segment_bytes, segment_ms, index_bytes, steps = _ROLLS[rolls]
@@ -507,21 +529,7 @@ def test_one_call_append_matches_the_general_path(tmp_path, monkeypatch, seed, r
         if not one_call:  # the general path only
             monkeypatch.setattr(LogSegment, "append_unindexed", lambda self, *a: False)
         used = first = 0
-        t = 1_700_000_000_000
-        seq = 0
-        for i in range(400):
-            t += rng.choice(steps)
-            clock.advance(rng.choice([0, 0, 10, 20_000]))
-            recs = [(t, b"v" * rng.choice([0, 10, 60, 200])) for j in range(rng.randint(1, 3))]
-            kind = rng.random()
-            if kind < 0.1:  # two batches in one append
-                batches = [build_batch(recs), build_batch(recs[:1])]
-            elif kind < 0.2:  # an idempotent producer's batch
-                batches = [R.build_batch([(ts, None, v) for ts, v in recs], producer_id=7, producer_epoch=0,
-                                         base_sequence=seq)]
-                seq += len(recs)
-            else:
-                batches = [build_batch(recs)]
+        for batches in _random_appends(rng, clock, steps):
             before = (log.active_segment, log.active_segment.size)
             append(log, batches)
             if one_call and len(batches) == 1 and before == (log.active_segment, 0):
@@ -551,7 +559,6 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
     and forward, rolls by segment.bytes, segment.ms (with segment.jitter.ms) and full
     indexes, flushes by flush.messages, multi-batch appends, idempotent producers' batches
     and a released segment file descriptor (the open-files LRU's eviction) in between."""
-    from protocol import records as R
     from storage import log as log_mod
 
     assert log_mod._compiled_append is not None, "storage/_append.c is not built (make venv builds it)"
@@ -576,21 +583,7 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
         else:
             monkeypatch.setattr(log_mod, "_append_one", log_mod._append_one_not_compiled)
         answers = []
-        t = 1_700_000_000_000
-        seq = 0
-        for i in range(400):
-            t += rng.choice(steps)
-            clock.advance(rng.choice([0, 0, 10, 20_000]))
-            recs = [(t, b"v" * rng.choice([0, 10, 60, 200])) for j in range(rng.randint(1, 3))]
-            kind = rng.random()
-            if kind < 0.1:  # two batches in one append
-                batches = [build_batch(recs), build_batch(recs[:1])]
-            elif kind < 0.2:  # an idempotent producer's batch
-                batches = [R.build_batch([(ts, None, v) for ts, v in recs], producer_id=7, producer_epoch=0,
-                                         base_sequence=seq)]
-                seq += len(recs)
-            else:
-                batches = [build_batch(recs)]
+        for batches in _random_appends(rng, clock, steps):
             if rng.random() < 0.05:
                 log.active_segment.file._release()  # as OPEN_FILES releases the least recently used
             info = log.append_produced(memoryview(bytearray(b"".join(batches))), clock.time_ms(), 16)
