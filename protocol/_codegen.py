@@ -324,6 +324,8 @@ def get_class(name: str) -> type:
             for f in sspec.fields:
                 if f.struct is not None and f.struct.name != sspec.name:
                     setattr(owner, f.struct.name, ns[f.struct.name])
+        if _fastwire is not None:
+            _install_compiled_new(spec, ns)
         if name == "RequestHeader":
             top.request_api_key = property(
                 lambda self: self.api_key, lambda self, v: setattr(self, "api_key", v)
@@ -851,12 +853,7 @@ class _PlanGen(_Gen):
         return tuple(ops)
 
     def default(self, f: FieldSpec) -> tuple:
-        """(mode, value) for _fastwire: what _default_expr writes as source."""
-        if f.is_array:
-            return (0, None) if f.default_is_null else (1, None)
-        if f.is_struct:
-            return (0, None) if f.default_is_null else (2, self.classes[f.struct.name])
-        return (0, f.default)
+        return _default_mode(f, self.classes)
 
     def field_op(self, f: FieldSpec, cls: type) -> tuple:
         """The op decoding field ``f`` of struct class ``cls``."""
@@ -925,6 +922,28 @@ class _EncPlanGen(_PlanGen):
         if f.type == "records":
             return (0, None)
         return (2, f.default)
+
+
+def _default_mode(f: FieldSpec, classes: dict) -> tuple:
+    """(mode, value) for _fastwire: what _default_expr writes as source (``classes``: the
+    message's struct classes by name)."""
+    if f.is_array:
+        return (0, None) if f.default_is_null else (1, None)
+    if f.is_struct:
+        return (0, None) if f.default_is_null else (2, classes[f.struct.name])
+    return (0, f.default)
+
+
+def _install_compiled_new(spec: MessageSpec, ns: dict) -> None:
+    """Each struct class's ``_new`` (the handlers' way to make hot answers) becomes
+    _fastwire's compiled one, which takes the same arguments and makes the same object
+    (tests/unit/test_codec.py checks every struct of every schema); the generated Python
+    one stays as ``_py_new``."""
+    for st in [spec.struct, *spec.structs.values()]:
+        cls = ns[st.name]
+        fields = tuple((_member(cls, f.py_name), *_default_mode(f, ns), sys.intern(f.py_name)) for f in st.fields)
+        cls._py_new = cls.__dict__["_new"]
+        cls._new = staticmethod(_fastwire.struct_new(cls, fields, _member(cls, "_unknown_tags")))
 
 
 def _member(cls: type, name: str) -> Any:

@@ -11,6 +11,9 @@
  * the tagged fields of a flexible version; or walks an object and writes the bytes (and
  * chunks) the Python encoder writes (layout of the encoding plan further down).
  *
+ * It also makes each generated class's ``_new`` (struct_new, StructNew below): the hot
+ * handlers' way to make an answer, taking what the generated Python ``_new`` takes.
+ *
  * Errors: it never reports one itself. On anything it does not accept (a truncated field,
  * a length past the end, invalid UTF-8, a varint over 5 bytes, a negative length where
  * null is not allowed; an object the Python encoder would refuse or write in a way not
@@ -795,6 +798,159 @@ fall:
     return PyObject_CallFunctionObjArgs(fallback, obj, out, chunks, NULL);
 }
 
+/* ---- StructNew: a generated class's _new compiled --------------------------------------
+ * struct_new(cls, fields, unknown_attr) -> a callable taking what the generated Python
+ * ``_new`` takes (protocol/_codegen.py _class_source): the fields by position in the order
+ * of ``_fields`` or by keyword, then ``_unknown_tags``; an absent field gets its default.
+ * fields: ((attr, mode, value, name), ...) in the order of ``_fields``, mode and value as
+ * in a plan's defaults (0: value as is, 1: a new empty list, 2: value()). Made with
+ * object.__new__ and written through set_field, as decode makes a struct. */
+#define SN_MAX_FIELDS 64
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    PyObject *fields;
+    PyObject *unknown_attr;
+    /* where each field (the last: _unknown_tags) sits in the object when every attr is a
+     * writable T_OBJECT_EX slot of cls (``direct``), and each field's default mode */
+    int direct;
+    Py_ssize_t offsets[SN_MAX_FIELDS + 1];
+    long modes[SN_MAX_FIELDS];
+} StructNew;
+
+/* the offset of ``attr``'s slot in an instance of ``cls``, or -1 when it is not a
+ * writable object slot of cls (set_field's direct case) */
+static Py_ssize_t slot_offset_of(PyTypeObject *cls, PyObject *attr) {
+    if (!Py_IS_TYPE(attr, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)attr)->d_member;
+    if (m->type != T_OBJECT_EX || (m->flags & READONLY) || !PyType_IsSubtype(cls, PyDescr_TYPE(attr)))
+        return -1;
+    return m->offset;
+}
+
+static PyObject *sn_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    StructNew *sn = (StructNew *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nf = PyTuple_GET_SIZE(sn->fields);
+    PyObject *given[SN_MAX_FIELDS + 1] = {NULL}; /* borrowed; the last: _unknown_tags */
+    if (nargs > nf + 1) {
+        PyErr_Format(PyExc_TypeError, "_new() takes from 0 to %zd positional arguments but %zd were given", nf + 1,
+                     nargs);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        given[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t at = -1;
+        for (Py_ssize_t i = 0; i < nf && at < 0; i++) {
+            PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(sn->fields, i), 3);
+            if (name == key || PyUnicode_Compare(name, key) == 0)
+                at = i;
+        }
+        if (at < 0 && PyUnicode_CompareWithASCIIString(key, "_unknown_tags") == 0)
+            at = nf;
+        if (at < 0) {
+            PyErr_Format(PyExc_TypeError, "_new() got an unexpected keyword argument '%U'", key);
+            return NULL;
+        }
+        if (given[at]) {
+            PyErr_Format(PyExc_TypeError, "_new() got multiple values for argument '%U'", key);
+            return NULL;
+        }
+        given[at] = args[nargs + k];
+    }
+    /* object.__new__(cls): the generated classes are not abstract, so its tp_alloc */
+    PyObject *obj = sn->direct ? sn->cls->tp_alloc(sn->cls, 0) : PyBaseObject_Type.tp_new(sn->cls, empty_tuple, NULL);
+    if (obj == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        PyObject *f = PyTuple_GET_ITEM(sn->fields, i), *v;
+        if (given[i]) {
+            v = Py_NewRef(given[i]);
+        } else {
+            long mode = sn->modes[i];
+            v = mode == 0 ? Py_NewRef(PyTuple_GET_ITEM(f, 2))
+                : mode == 1 ? PyList_New(0) : PyObject_CallNoArgs(PyTuple_GET_ITEM(f, 2));
+        }
+        if (v == NULL) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        if (sn->direct) {
+            Py_XSETREF(*(PyObject **)((char *)obj + sn->offsets[i]), v);
+        } else if (set_field(obj, PyTuple_GET_ITEM(f, 0), v) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    PyObject *tags = Py_NewRef(given[nf] ? given[nf] : Py_None);
+    if (sn->direct) {
+        Py_XSETREF(*(PyObject **)((char *)obj + sn->offsets[nf]), tags);
+    } else if (set_field(obj, sn->unknown_attr, tags) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+static void sn_dealloc(StructNew *sn) {
+    Py_XDECREF(sn->cls);
+    Py_XDECREF(sn->fields);
+    Py_XDECREF(sn->unknown_attr);
+    PyObject_Free(sn);
+}
+
+static PyTypeObject StructNewType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "protocol._fastwire.StructNew",
+    .tp_basicsize = sizeof(StructNew),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A generated class's _new, compiled (see struct_new).",
+    .tp_vectorcall_offset = offsetof(StructNew, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)sn_dealloc,
+};
+
+static PyObject *fw_struct_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "struct_new(cls, fields, unknown_attr)");
+        return NULL;
+    }
+    Py_ssize_t nf = PyTuple_GET_SIZE(args[1]);
+    if (nf > SN_MAX_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "struct_new: %zd fields, at most %d", nf, SN_MAX_FIELDS);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        PyObject *f = PyTuple_GET_ITEM(args[1], i);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 4 || !PyLong_Check(PyTuple_GET_ITEM(f, 1))
+            || !PyUnicode_Check(PyTuple_GET_ITEM(f, 3))) {
+            PyErr_SetString(PyExc_TypeError, "struct_new: each field is (attr, mode, value, name)");
+            return NULL;
+        }
+    }
+    StructNew *sn = PyObject_New(StructNew, &StructNewType);
+    if (sn == NULL)
+        return NULL;
+    sn->vectorcall = sn_vectorcall;
+    sn->cls = (PyTypeObject *)Py_NewRef(args[0]);
+    sn->fields = Py_NewRef(args[1]);
+    sn->unknown_attr = Py_NewRef(args[2]);
+    sn->direct = !(sn->cls->tp_flags & Py_TPFLAGS_IS_ABSTRACT);
+    for (Py_ssize_t i = 0; i <= nf; i++) {
+        PyObject *attr = i < nf ? PyTuple_GET_ITEM(PyTuple_GET_ITEM(args[1], i), 0) : args[2];
+        if ((sn->offsets[i] = slot_offset_of(sn->cls, attr)) < 0)
+            sn->direct = 0;
+        if (i < nf)
+            sn->modes[i] = PyLong_AsLong(PyTuple_GET_ITEM(PyTuple_GET_ITEM(args[1], i), 1));
+    }
+    return (PyObject *)sn;
+}
+
 static PyObject *fw_fallbacks(PyObject *self, PyObject *noargs) {
     return PyLong_FromSsize_t(fallback_count);
 }
@@ -807,6 +963,8 @@ static PyMethodDef methods[] = {
      "encode(plan, fallback, inline_max, obj, out, chunks) -> out: the plan's message encoded as the "
      "generated encoder does, or fallback(obj, out, chunks) when it cannot"},
     {"fallbacks", fw_fallbacks, METH_NOARGS, "how many decodes and encodes were handed to the Python code"},
+    {"struct_new", (PyCFunction)(void (*)(void))fw_struct_new, METH_FASTCALL,
+     "struct_new(cls, fields, unknown_attr) -> callable: the generated class's _new, compiled"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -816,6 +974,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__fastwire(void) {
+    if (PyType_Ready(&StructNewType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     PyObject *uuid_mod = PyImport_ImportModule("uuid");

@@ -171,28 +171,42 @@ def _struct_classes():
 
 
 def test_new_makes_what_the_class_makes():
-    """Every generated class's ``_new`` (a function, for hot paths) builds the object its
-    constructor builds: the same defaults, fresh mutable ones, the given values (by name,
-    or by position in the order of ``_fields``), and the constructor's TypeError for a
-    name that is not a field."""
+    """Every generated class's ``_new`` (for hot paths: protocol/_fastwire.c's compiled one,
+    and the generated Python one it replaces, ``_py_new``) builds the object its
+    constructor builds: the same defaults, fresh mutable ones and default structs, the
+    given values (by name, or by position in the order of ``_fields``, then
+    ``_unknown_tags``), and a TypeError for a name that is not a field, a field given twice
+    or too many positions."""
+    from protocol import _codegen
+
+    assert _codegen.FAST_CODEC, "protocol/_fastwire.c is not built (make venv builds it)"
     checked = 0
     for cls in _struct_classes():
-        assert cls._new() == cls(), cls
-        fields = cls._fields
-        if fields:
-            values = {f: getattr(cls(), f) for f in fields}
-            first = fields[0]
-            values[first] = [] if isinstance(values[first], list) else values[first]
-            made = cls._new(**values)
-            assert type(made) is cls and made == cls(**values)
-            assert all(getattr(made, f) is values[f] for f in fields)
-            by_position = cls._new(*[values[f] for f in fields])  # in the order of _fields
-            assert by_position == made and all(getattr(by_position, f) is values[f] for f in fields)
-        for f in fields:
-            if isinstance(getattr(cls(), f), list):
-                assert getattr(cls._new(), f) is not getattr(cls._new(), f)
-        with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'"):
-            cls._new(not_a_field=1)
+        assert type(cls._new).__name__ == "StructNew", cls
+        for new in (cls._new, cls._py_new):
+            assert new() == cls(), cls
+            fields = cls._fields
+            if fields:
+                values = {f: getattr(cls(), f) for f in fields}
+                first = fields[0]
+                values[first] = [] if isinstance(values[first], list) else values[first]
+                made = new(**values)
+                assert type(made) is cls and made == cls(**values)
+                assert all(getattr(made, f) is values[f] for f in fields)
+                by_position = new(*[values[f] for f in fields])  # in the order of _fields
+                assert by_position == made and all(getattr(by_position, f) is values[f] for f in fields)
+                tags = {1: b"x"}
+                assert new(*[values[f] for f in fields], tags)._unknown_tags is tags
+                assert new(_unknown_tags=tags)._unknown_tags is tags
+                with pytest.raises(TypeError, match="multiple values"):
+                    new(values[first], **{first: values[first]})
+            with pytest.raises(TypeError, match="positional"):
+                new(*range(len(fields) + 2))
+            for f in fields:
+                if isinstance(getattr(cls(), f), (list, _codegen.KafkaStruct)):
+                    assert getattr(new(), f) is not getattr(new(), f)
+            with pytest.raises(TypeError, match="unexpected keyword argument 'not_a_field'"):
+                new(not_a_field=1)
         checked += 1
     assert checked > 500
     p = ProduceResponse.PartitionProduceResponse._new(index=4, base_offset=9)
