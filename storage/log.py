@@ -70,14 +70,13 @@ from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
 from storage.checkpoint import fsync_dir
 from storage.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from storage.file_slice import FileSlice
-from storage.index import CorruptIndexError
+from storage.index import AbstractIndex, CorruptIndexError
 from storage import partition_metadata
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
-from storage.validator import rules_of, validate_common
 from storage.open_files import OPEN_FILES
-from storage.index import AbstractIndex
+from storage.validator import rules_of, validate_common
 from storage.segment import (
     _UNKNOWN,
     LogSegment,
@@ -713,7 +712,9 @@ class Log:
         up (as :meth:`append` with ``in_place``), at most ``max_batches`` batches (1 to 16),
         validated and given their offsets in one compiled call
         (``storage.validator.validate_common``), then appended as
-        :meth:`append_validated` appends. None when they are not that case, with nothing
+        :meth:`append_validated` appends (one batch without a producer id, into a segment
+        needing no roll and no index entry, by one more compiled call:
+        ``storage/_append.c``). None when they are not that case, with nothing
         done: the caller then takes ``analyze_records`` and :meth:`append_analysis`, which
         name any problem. Raises what append_validated raises."""
         if self._closed:
