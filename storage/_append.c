@@ -16,9 +16,11 @@
  *       storage.segment._UNKNOWN (a segment's first timestamp not known yet); and
  *       storage.open_files.OPEN_FILES, whose LRU (``_lru``, an OrderedDict made once) the
  *       append moves its file to the end of, as OpenFiles.touch does
- *   append_one(log, va, now_ms) -> AppendInfo | None
+ *   append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None
  *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
- *       ``now_ms``: the append's clock reading. None when the append is not that case or
+ *       ``now_ms``: the append's clock reading; ``producer_checked``: the batch carries a
+ *       producer id that Log._append has checked against the producer state (it installs
+ *       the update after this returns the append), else it must carry none. None when the append is not that case or
  *       anything is unexpected (the segment file's descriptor released, a short write, a
  *       value out of 64 bits), with nothing changed: the caller then takes Log._append,
  *       which handles every case and raises every error. The write is one pwrite at the
@@ -169,10 +171,13 @@ static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
 /* The checks, each a case the Python path takes instead, in the order of Log._append,
  * Log._write and LogSegment.append_unindexed; then the write and the state. */
 static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "append_one(log, va, now_ms)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "append_one(log, va, now_ms, producer_checked=False)");
         return NULL;
     }
+    int producer_checked = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (producer_checked < 0)
+        return NULL;
     if (!append_info_type) {
         PyErr_SetString(PyExc_RuntimeError, "storage._append.setup() was not called");
         return NULL;
@@ -205,10 +210,11 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
         Py_RETURN_NONE;
     }
     const long long n = view.len;
-    /* without a producer id (the int64's first byte has the sign bit: -1); first, so that
-     * an idempotent producer's batch goes to the Python path at once */
+    /* without a producer id (the int64's first byte has the sign bit: -1) unless the
+     * caller checked it; first, so that an idempotent producer's batch goes to the Python
+     * path, which checks it, at once */
     if (n == 0 || position < 0 || position + PRODUCER_ID_OFFSET >= n
-        || ((const unsigned char *)view.buf)[position + PRODUCER_ID_OFFSET] < 0x80)
+        || (!producer_checked && ((const unsigned char *)view.buf)[position + PRODUCER_ID_OFFSET] < 0x80))
         goto not_this_case;
     if (to_ll(base_obj, &base_offset) < 0 || to_ll(last_obj, &last_offset) < 0 || to_ll(max_ts_obj, &max_ts) < 0
         || to_ll(count_obj, &record_count) < 0 || record_count == 0 || (lat_obj != Py_None && to_ll(lat_obj, &lat) < 0))
@@ -343,7 +349,8 @@ static PyMethodDef methods[] = {
      "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, open_files): the classes "
      "whose fields append_one reads and writes, what it returns and the LRU it touches"},
     {"append_one", (PyCFunction)(void (*)(void))ap_append_one, METH_FASTCALL,
-     "append_one(log, va, now_ms) -> AppendInfo | None: Log._append's common one-batch case"},
+     "append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None: Log._append's common one-batch "
+     "case"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,7 +124,7 @@ class AppendInfo(NamedTuple):
 _new_append_info = functools.partial(tuple.__new__, AppendInfo)
 
 
-def _append_one_not_compiled(log, va, now_ms):
+def _append_one_not_compiled(log, va, now_ms, producer_checked=False):
     """``storage._append.append_one`` when the extension is not built: never the
     case it takes, so :meth:`Log.append_produced` always goes through ``Log._append``."""
     return None
@@ -770,6 +770,11 @@ class Log:
             dup = None
             if len(pbatches) == 1 and not coordinator:  # an idempotent producer's one batch
                 updates, dup = psm.prepare_one(pbatches[0])
+                if dup is None and single:  # checked: storage/_append.c may write it, as any one batch
+                    info = _append_one(self, va, now_ms, True)
+                    if info is not None:
+                        psm.apply_one(updates)
+                        return info
                 apply = psm.apply_one
             elif pbatches:
                 updates, dup = psm.prepare(pbatches, coordinator=coordinator)

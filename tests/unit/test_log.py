@@ -558,6 +558,7 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
     produced appends: random sizes crossing index.interval.bytes, timestamps going back
     and forward, rolls by segment.bytes, segment.ms (with segment.jitter.ms) and full
     indexes, flushes by flush.messages, multi-batch appends, idempotent producers' batches
+    (written by it once Log._append has checked them, the producer state compared too)
     and a released segment file descriptor (the open-files LRU's eviction) in between."""
     from storage import log as log_mod
 
@@ -575,9 +576,9 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
             message_timestamp_type=timestamp_type), clock, rng=random.Random(seed))
         taken = []
         if use_compiled:
-            def counting(lg, va, now_ms):
-                info = compiled(lg, va, now_ms)
-                taken.append(info is not None)
+            def counting(lg, va, now_ms, producer_checked=False):
+                info = compiled(lg, va, now_ms, producer_checked)
+                taken.append((info is not None, producer_checked))
                 return info
             monkeypatch.setattr(log_mod, "_append_one", counting)
         else:
@@ -598,7 +599,9 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
     slow, n_slow, _ = run("slow-0", False)
     assert fast == slow
     assert n_fast == n_slow > 5  # rolls happened
-    assert sum(taken) > 100 and not all(taken)  # the compiled path took most, the Python path the rest
+    # the compiled path took most, idempotent batches (checked first) too, the Python path the rest
+    assert sum(t for t, _ in taken) > 100 and not all(t for t, _ in taken)
+    assert sum(1 for t, checked in taken if t and checked) > 10
 
 
 def test_a_failed_compiled_write_changes_nothing(tmp_path):
