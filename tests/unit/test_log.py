@@ -15,6 +15,7 @@ from tests.unit.test_log_helpers import (
     build_batch,
     parse_batches,
     topic_config,
+    unopened_descriptor,
 )
 
 
@@ -615,15 +616,9 @@ def test_a_failed_compiled_write_changes_nothing(tmp_path):
     now = clock.time_ms()
     assert log.append_produced(memoryview(bytearray(build_batch([(now, b"a")]))), now, 1).base_offset == 0
     seg = log.active_segment
-    size, real_fd = seg.size, seg.file.fd
-    spare = os.open(os.path.join(str(tmp_path), "spare"), os.O_RDWR | os.O_CREAT)
-    os.close(spare)  # a descriptor number nothing has open
-    seg.file.fd = spare
-    try:
-        with pytest.raises(KafkaStorageError, match="I/O error appending"):
-            log.append_produced(memoryview(bytearray(build_batch([(now, b"b")]))), now, 1)
-    finally:
-        seg.file.fd = real_fd
+    size = seg.size
+    with unopened_descriptor(seg, tmp_path), pytest.raises(KafkaStorageError, match="I/O error appending"):
+        log.append_produced(memoryview(bytearray(build_batch([(now, b"b")]))), now, 1)
     assert (log.log_end_offset, seg.size) == (1, size)
     info = log.append_produced(memoryview(bytearray(build_batch([(now, b"c")]))), now, 1)
     assert (info.base_offset, log.log_end_offset) == (1, 2)

@@ -7,7 +7,9 @@ the segment/log tests do not depend on the validator's logic.
 
 from __future__ import annotations
 
+import os
 import struct
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -150,3 +152,16 @@ class Oracle:
             if last >= offset:
                 return base, last, raw
         return None
+
+
+@contextmanager
+def unopened_descriptor(segment, tmp_path):
+    """For the block, ``segment``'s .log descriptor is a number nothing has open, so any
+    write to it fails (EBADF), storage/_append.c's own pwrite included; restored after."""
+    spare = os.open(os.path.join(str(tmp_path), "spare"), os.O_RDWR | os.O_CREAT)
+    os.close(spare)
+    real_fd, segment.file.fd = segment.file.fd, spare
+    try:
+        yield
+    finally:
+        segment.file.fd = real_fd

@@ -20,7 +20,7 @@ from storage.producer_state import (
     snapshot_file_name,
     write_snapshot,
 )
-from tests.unit.test_log_helpers import topic_config
+from tests.unit.test_log_helpers import topic_config, unopened_descriptor
 
 NOW = 1_700_000_000_000
 PID = 1000
@@ -204,12 +204,8 @@ def test_failed_write_does_not_update_the_state(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "pwrite", broken)  # the write of every Python append path
     # and a descriptor nothing has open for storage/_append.c's own pwrite, which then
     # leaves the append to the Python path
-    spare = os.open(os.path.join(str(tmp_path), "spare"), os.O_RDWR | os.O_CREAT)
-    os.close(spare)
-    real_fd, seg.file.fd = seg.file.fd, spare
-    with pytest.raises(E.KafkaStorageError):
+    with unopened_descriptor(seg, tmp_path), pytest.raises(E.KafkaStorageError):
         log.append(pbatch(2))
-    seg.file.fd = real_fd
     monkeypatch.undo()
     assert log.producer_state.last_entry(PID).last_seq == 1
     assert log.log_end_offset == 2 and seg.size == seg_size
