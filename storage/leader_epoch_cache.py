@@ -43,7 +43,19 @@ class LeaderEpochCache:
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, FILE_NAME)
-        self.entries: list[tuple[int, int]] = self._read()
+        self.entries = self._read()
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: list[tuple[int, int]]) -> None:
+        """Every change is a new list (never one changed in place), and sets
+        ``latest_epoch`` with it: the last entry's epoch, None when there is none, a
+        plain attribute that every append reads."""
+        self._entries = entries
+        self.latest_epoch: Optional[int] = entries[-1][0] if entries else None
 
     def _read(self) -> list[tuple[int, int]]:
         try:
@@ -97,10 +109,6 @@ class LeaderEpochCache:
             return
         body = [str(_VERSION), str(len(self.entries)), *(f"{e} {s}" for e, s in self.entries)]
         atomic_write(self.path, ("\n".join(body) + "\n").encode("utf-8"), sync=sync)
-
-    @property
-    def latest_epoch(self) -> Optional[int]:
-        return self.entries[-1][0] if self.entries else None
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Kafka's assign / maybeAssignEpochStartOffset: ``epoch`` begins at

@@ -593,6 +593,14 @@ class LogManager:
                 log.update_config(new_config)
         return info
 
+    @property
+    def logs_by_key(self) -> dict[tuple[str, int], Log]:
+        """{(topic, partition): Log} of the logs loaded so far, itself, not a copy as
+        loaded_logs() gives: to read, not to change (the produce handler's compiled loop
+        finds partitions in it; one not in it goes through get_log, which also loads a
+        deferred partition)."""
+        return self._logs
+
     def get_log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))
         if log is None and self._pending:
