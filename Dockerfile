@@ -21,14 +21,15 @@ COPY storage ./storage
 COPY config ./config
 COPY broker ./broker
 # gcc only for the install: it compiles the record walker (protocol/_recwalk.c), the
-# message codec's runner (protocol/_fastwire.c), the common append (storage/_append.c)
-# and the cleaner's loops (storage/_cleaner.c); python3-dev too when the base image's Python has no headers
+# message codec's runner (protocol/_fastwire.c), the common append (storage/_append.c),
+# the produce handler's loop (broker/_produce.c) and the cleaner's loops
+# (storage/_cleaner.c); python3-dev too when the base image's Python has no headers
 # (Debian's python3, unlike the python images)
 RUN dev=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
  && apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev $dev \
  && pip install . \
- && python3 -c 'import chronolog.protocol._recwalk, chronolog.protocol._fastwire, chronolog.storage._append, chronolog.storage._cleaner' \
+ && python3 -c 'import chronolog.protocol._recwalk, chronolog.protocol._fastwire, chronolog.storage._append, chronolog.storage._cleaner, chronolog.broker._produce' \
  && apt-get purge -y --auto-remove gcc libc6-dev $dev \
  && rm -rf /var/lib/apt/lists/*
 

@@ -100,6 +100,12 @@ setup(
             optional=True,
         ),
         Extension(
+            PREFIX + "broker._produce",
+            sources=["broker/_produce.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
             PREFIX + "storage._cleaner",
             sources=["storage/_cleaner.c"],
             extra_compile_args=["-O2"],

@@ -124,14 +124,16 @@ async def main() -> int:
         response = produce_handler.handle(ctx_off, hdr, req)  # one more append, metrics off
         from storage.log import AppendInfo
 
-        info = AppendInfo(0, args.records - 1, -1, 0, args.records, clock.time_ms())
-        create_time = not plog.config.is_log_append_time
+        # a LogAppendTime topic's AppendInfo has the log append time, a CreateTime one's -1
+        now = clock.time_ms()
+        info = AppendInfo(0, args.records - 1, now if plog.config.is_log_append_time else -1, 0, args.records, now)
         reps = 20000
         t0 = time.thread_time()
         for _ in range(reps):
             started = time.perf_counter()
-            metrics.produce_topic("bench", False)
-            metrics.appended("bench", records, info, create_time, clock.time_ms())
+            tally = {}
+            produce_handler._count(tally, "bench", records, info, clock.time_ms(), True)
+            metrics.produced(response.responses, tally)
             metrics.request_done(0, response, time.perf_counter() - started)
         hooks_us = (time.thread_time() - t0) / reps * 1e6
         t0 = time.perf_counter()

@@ -76,6 +76,19 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
+def batch_max_timestamps(records, info, one_batch: bool = False):
+    """What the append delay is observed from, once each: the maxTimestamp of each v2
+    batch in ``records`` (an append's validated record set, ``info`` its AppendInfo);
+    for a legacy (magic 0/1) set, of any size, the append's max timestamp. ``one_batch``:
+    the caller knows ``records`` is one v2 batch (every Produce v3+ append is), whose
+    maxTimestamp is the append's."""
+    n = len(records)
+    if one_batch or (n >= _HEADER_SIZE and records[_MAGIC_POS] == 2
+                     and _I32.unpack_from(records, 8)[0] + _LOG_OVERHEAD == n):
+        return (info.max_timestamp,)  # one v2 batch: its maxTimestamp is the append's, as validated
+    return _batch_max_timestamps(records, n, info)
+
+
 def _batch_max_timestamps(records, n: int, info) -> list:
     """The maxTimestamp of each v2 batch in ``records`` (``n`` bytes); for a legacy
     (magic 0/1) set, of any size, the append's max timestamp; nothing past a length that
@@ -463,41 +476,38 @@ class BrokerMetrics:
             self._delay_children[topic] = c
         return c
 
-    def produce_topic(self, topic: str, failed: bool) -> None:
-        c = self._topic_children.get(topic)
-        if c is None:
-            if not self.topic_exists(topic):
-                return  # see topic_exists
-            c = self._topic(topic)
-        c[4].value += 1  # the children's inc(), without a call per update
-        if failed:
-            c[5].value += 1
-
-    def appended(self, topic: str, records, info, create_time: bool, now_ms: int, one_batch: bool = False) -> None:
-        """One successful, non-duplicate append of ``records`` (the request's record set,
-        already validated and patched in place). Append delay: one observation per v2
-        batch from its header's maxTimestamp; for a legacy (magic 0/1) set, one from the
-        append's max timestamp. ``one_batch``: the caller knows ``records`` is one v2
-        batch (every Produce v3+ append is), whose maxTimestamp is the append's."""
-        c = self._topic_children.get(topic) or self._topic(topic)
-        n = len(records)
-        c[0].value += n
-        c[1].value += info.record_count
-        if not create_time:
-            return
-        hist, neg = self._delay_children.get(topic) or self._delay(topic)
-        if one_batch or (n >= _HEADER_SIZE and records[_MAGIC_POS] == 2
-                         and _I32.unpack_from(records, 8)[0] + _LOG_OVERHEAD == n):
-            stamps = (info.max_timestamp,)  # one v2 batch: its maxTimestamp is the append's, as validated
-        else:
-            stamps = _batch_max_timestamps(records, n, info)
-        for max_ts in stamps:
-            if max_ts is not None and max_ts >= 0:
-                delay = now_ms - max_ts
-                if delay < 0:
-                    neg.inc()
-                else:
-                    hist.observe_ms(delay)
+    def produced(self, responses, tally) -> None:
+        """One produce request's per-topic metrics, in one call. ``responses``: the
+        request's TopicProduceResponses, each a produce request of its topic, failed
+        when any of its partitions failed (a topic this broker does not have gets no
+        series: see topic_exists). ``tally``: {topic: [bytes, messages, delays]} of its
+        successful, non-duplicate appends (broker.handlers.produce._count): bytes and
+        messages in, and for a topic with CreateTime appends (delays not None) the append
+        delay in ms of each v2 batch from its header's maxTimestamp, one observation
+        each (a negative one counted apart)."""
+        children = self._topic_children
+        for t in responses:
+            c = children.get(t.name)
+            if c is None:
+                if not self.topic_exists(t.name):
+                    continue
+                c = self._topic(t.name)
+            c[4].value += 1  # the children's inc(), without a call per update
+            for p in t.partition_responses:
+                if p.error_code:
+                    c[5].value += 1
+                    break
+        for topic, (nbytes, messages, delays) in tally.items():
+            c = children.get(topic) or self._topic(topic)
+            c[0].value += nbytes
+            c[1].value += messages
+            if delays is not None:
+                hist, neg = self._delay_children.get(topic) or self._delay(topic)
+                for delay in delays:
+                    if delay < 0:
+                        neg.value += 1
+                    else:
+                        hist.observe_ms(delay)
 
     # ---------------------------------------------------------------- fetch
     def fetched(self, response) -> None:

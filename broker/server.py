@@ -296,6 +296,12 @@ class BrokerServer:
             log.warning("the compiled common append (storage/_append.c) is not built: every produced batch "
                         "is appended by the Python path, about 10,000 instructions more each; reinstall with a "
                         "C compiler (pip install .) to build it")
+        from broker.handlers import produce as _produce_handler
+
+        if _produce_handler.RUN is None:
+            log.warning("the compiled produce loop (broker/_produce.c) is not built or cannot run: every "
+                        "partition of a produce request goes through the Python path, about 7,000 instructions "
+                        "more each; reinstall with a C compiler (pip install .) to build it")
         if not _cleaner_mod.COMPILED:
             log.warning("the compiled log cleaner loops (storage/_cleaner.c) are not built: compaction runs "
                         "in pure Python, far slower; reinstall with a C compiler (pip install .) to build them")

@@ -33,15 +33,22 @@ from __future__ import annotations
 
 import logging
 
-from protocol import records as rec
+from protocol import record_walk, records as rec
 from protocol.errors import ErrorCode
 from protocol.messages import ProduceResponse
 
 from broker.security import authorizer as A
 from broker.errors import error_code_for
+from broker.metrics import batch_max_timestamps
 from storage import errors as se
-from storage.validator import NO_KEY_MESSAGE, analyze_records
+from storage.log import APPEND_COMPILED, Log
+from storage.validator import NO_KEY_MESSAGE, analyze_records, validate_common
 from storage.log_manager import INTERNAL_TOPICS
+
+try:  # the per-partition loop's common case, compiled (broker/_produce.c)
+    from broker import _produce
+except ImportError:  # not built: every partition takes the Python path
+    _produce = None
 
 log = logging.getLogger("chronolog.produce")
 
@@ -106,7 +113,10 @@ def handle(ctx, header, request, session=None):
         for p in t.partition_data:
             r = p.records
             items.append((name, p.index, r))
-            if not transactional and _is_transactional(r):
+            # Kafka's RequestUtils.hasTransactionalRecords: the partition's first batch is a
+            # v2 batch with the transactional attribute (see _TXN_MASK)
+            if (not transactional and r is not None and len(r) >= _HEADER_SIZE and r[_MAGIC_OFFSET] == 2
+                    and r[_TXN_ATTR_BYTE] & _TXN_MASK):
                 transactional = True
     if txn_id is None and transactional:
         # KafkaApis.handleProduceRequest: every partition gets the error
@@ -138,12 +148,32 @@ def handle(ctx, header, request, session=None):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
     max_bytes = ctx.config.socket_request_max_bytes  # read once, not per partition
     now = ctx.clock.time_ms()  # so is the clock: one append time for the request's partitions
-    for i, (topic, partition, records) in enumerate(items):
-        r = _append_one(ctx, lm, version, topic, partition, records, max_bytes, now)
+    # what the metrics count, gathered for one call at the end (None: metrics off): see _count
+    tally = {} if ctx.metrics is not None else None
+    # Produce v3+ (one v2 batch per partition): runs of partitions in the common case go
+    # through the compiled loop (broker/_produce.c), each other one through _append_one
+    run = RUN if version >= 3 else None
+    if run is not None:
+        logs = lm.logs_by_key
+        notify = ctx.notify_append if ctx.fetch_waiters else None  # none is added meanwhile
+    i, n = 0, len(items)
+    while i < n:
+        if run is not None:
+            i = run(logs, items, i, now, results, tally, notify)
+            if i.__class__ is tuple:  # (position, the exception its append raised)
+                i, exc = i
+                results.append(_refused(items[i][0], items[i][1], exc))
+                i += 1
+                continue
+            if i == n:
+                break
+        topic, partition, records = items[i]
+        r = _append_one(ctx, lm, version, topic, partition, records, max_bytes, now, tally)
         if isinstance(r, _Deferred):
-            return _append_rest_async(ctx, lm, version, request, acks, items, i, r, results)
+            return _append_rest_async(ctx, lm, version, request, acks, items, i, r, results, tally)
         results.append(r)
-    return _respond(ctx, request, acks, results)
+        i += 1
+    return _respond(ctx, request, acks, results, tally)
 
 
 #: decompressed bytes of one partition's batches walked on the event loop before the rest
@@ -164,25 +194,25 @@ class _Deferred:
         self.records = records
 
 
-async def _append_rest_async(ctx, lm, version, request, acks, items, i, deferred, results):
+async def _append_rest_async(ctx, lm, version, request, acks, items, i, deferred, results, tally):
     while True:
-        results.append(await _finish_deferred(ctx, deferred))
+        results.append(await _finish_deferred(ctx, deferred, tally))
         i += 1
         deferred = None
         while i < len(items):
             topic, partition, records = items[i]
             r = _append_one(ctx, lm, version, topic, partition, records, ctx.config.socket_request_max_bytes,
-                            ctx.clock.time_ms())
+                            ctx.clock.time_ms(), tally)
             if isinstance(r, _Deferred):
                 deferred = r
                 break
             results.append(r)
             i += 1
         if deferred is None:
-            return _respond(ctx, request, acks, results)
+            return _respond(ctx, request, acks, results, tally)
 
 
-async def _finish_deferred(ctx, d: _Deferred):
+async def _finish_deferred(ctx, d: _Deferred, tally):
     try:
         await ctx.offload(d.analysis.complete)
         plog = d.plog
@@ -190,24 +220,20 @@ async def _finish_deferred(ctx, d: _Deferred):
             plog = ctx.log_manager.get_log(d.topic, d.partition)
     except se.StorageError as exc:
         return _refused(d.topic, d.partition, exc)
-    return _append_analyzed(ctx, plog, d.analysis, d.topic, d.partition, d.records)
+    return _append_analyzed(ctx, plog, d.analysis, d.topic, d.partition, d.records, tally)
 
 
-def _respond(ctx, request, acks, results):
-    metrics = ctx.metrics
+def _respond(ctx, request, acks, results, tally):
+    """The answer from each partition's result (in request order); the metrics told
+    (``tally``: see _count)."""
     responses = []
     at = 0
     for t in request.topic_data:  # each topic's partitions' results, in request order
         parts = results[at:at + len(t.partition_data)]
         at += len(parts)
         responses.append(_new_topic_response(t.name, parts))  # name, partition_responses
-        if metrics is not None:
-            failed = False
-            for r in parts:
-                if r.error_code:
-                    failed = True
-                    break
-            metrics.produce_topic(t.name, failed)
+    if tally is not None:  # metrics on: requests per topic, bytes and messages in, append delay
+        ctx.metrics.produced(responses, tally)
     if acks == 0:
         return None
     return _new_produce_response(responses, 0)  # responses, throttle_time_ms
@@ -259,9 +285,10 @@ def _verified(ctx, txn_id, topic, partition, records, version=9):
                   if code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.TRANSACTION_ABORTABLE) else None)
 
 
-def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes, now):
+def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes, now, tally):
     """One partition's answer, its records appended at ``now`` (the request's clock
-    reading); a _Deferred when validation goes on off the event loop."""
+    reading); a _Deferred when validation goes on off the event loop. ``tally``: see
+    _count."""
     if isinstance(records, PartitionResponse):  # refused before the append (_verified)
         return records
     if records is _DENIED:
@@ -296,30 +323,52 @@ def _append_one(ctx, lm, version, topic, partition, records, max_records_bytes, 
             info = plog.append_analysis(analysis)
         except Exception as exc:
             return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info, now, version >= 3)
+    return _appended(ctx, topic, partition, records, info, now, version >= 3, tally)
 
 
-def _append_analyzed(ctx, plog, analysis, topic, partition, records):
+def _append_analyzed(ctx, plog, analysis, topic, partition, records, tally):
     try:
         info = plog.append_analysis(analysis)
     except Exception as exc:
         return _refused(topic, partition, exc)
-    return _appended(ctx, topic, partition, records, info, ctx.clock.time_ms(), False)
+    return _appended(ctx, topic, partition, records, info, ctx.clock.time_ms(), False, tally)
 
 
-def _appended(ctx, topic, partition, records, info, now_ms, one_batch):
-    """The answer for ``info`` (an AppendInfo, appended at ``now_ms``), the metrics and
-    fetch waiters told. ``one_batch``: ``records`` is known to be one v2 batch (Produce
-    v3+, ProduceRequest.validateRecords)."""
-    base_offset, _last, log_append_time, log_start_offset, _count, _max, duplicate = info
+def _duplicate(topic, partition, base_offset) -> None:
+    log.debug("duplicate produce to %s-%d answered with the original base offset %d", topic, partition, base_offset)
+
+
+def _count(tally, topic, records, info, now_ms, one_batch) -> None:
+    """A non-duplicate append's part of the request's metrics, told in one call by
+    _respond (BrokerMetrics.produced): ``tally[topic]`` is [bytes, messages, delays],
+    delays None until a CreateTime append, then the append delay (``now_ms`` minus the
+    maxTimestamp) of each of its v2 batches, for a legacy set of the append's max
+    timestamp. broker/_produce.c counts its appends the same way."""
+    t = tally.get(topic)
+    if t is None:
+        t = tally[topic] = [0, 0, None]
+    t[0] += len(records)
+    t[1] += info.record_count
+    if info.log_append_time < 0:  # a CreateTime topic's append has no log append time (-1)
+        delays = t[2]
+        if delays is None:
+            delays = t[2] = []
+        for max_ts in batch_max_timestamps(records, info, one_batch):
+            if max_ts is not None and max_ts >= 0:
+                delays.append(now_ms - max_ts)
+
+
+def _appended(ctx, topic, partition, records, info, now_ms, one_batch, tally):
+    """The answer for ``info`` (an AppendInfo, appended at ``now_ms``), the fetch
+    waiters told and the append counted (``tally``, None when metrics are off: see
+    _count). ``one_batch``: ``records`` is known to be one v2 batch (Produce v3+,
+    ProduceRequest.validateRecords)."""
+    base_offset, _last, log_append_time, log_start_offset, _count_, _max, duplicate = info
     if duplicate:
-        log.debug("duplicate produce to %s-%d answered with the original base offset %d",
-                  topic, partition, base_offset)
+        _duplicate(topic, partition, base_offset)
     else:
-        metrics = ctx.metrics
-        if metrics is not None:  # bytes/messages in, append delay per batch (broker.metrics)
-            # a CreateTime topic's append has no log append time (-1)
-            metrics.appended(topic, records, info, log_append_time < 0, now_ms, one_batch)
+        if tally is not None:
+            _count(tally, topic, records, info, now_ms, one_batch)
         if ctx.fetch_waiters:  # a long poll waits somewhere (else no call per partition)
             ctx.notify_append(topic, partition)
     # index, error_code, base_offset, log_append_time_ms, log_start_offset, record_errors,
@@ -328,13 +377,18 @@ def _appended(ctx, topic, partition, records, info, now_ms, one_batch):
                                    _NO_LEADER_HINT)
 
 
+#: where handle finds whether a partition's first batch is transactional: a v2 batch
+#: (magic 2) whose attributes' low byte (big-endian int16) has the bit
 _HEADER_SIZE, _MAGIC_OFFSET, _TXN_ATTR_BYTE, _TXN_MASK = (
     rec.HEADER_SIZE, rec.MAGIC_OFFSET, rec.ATTRIBUTES_OFFSET + 1, rec.TRANSACTIONAL_MASK)
 
 
-def _is_transactional(r) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords, for one partition: its first batch is
-    a v2 batch with the transactional attribute."""
-    # magic 2, and the attributes' low byte (big-endian int16) has the bit
-    return (r is not None and len(r) >= _HEADER_SIZE and r[_MAGIC_OFFSET] == 2
-            and r[_TXN_ATTR_BYTE] & _TXN_MASK) != 0
+#: broker/_produce.c's run, set up with what it calls; None when it is not built, or when
+#: the steps it calls are not compiled either (then it would save little)
+RUN = None
+if _produce is not None and APPEND_COMPILED and record_walk.COMPILED:
+    from storage._append import append_one as _compiled_append_one
+
+    _produce.setup(validate_common, _compiled_append_one, _new_partition_response, _NO_LEADER_HINT, Log,
+                   frozenset(INTERNAL_TOPICS), _duplicate)
+    RUN = _produce.run

@@ -31,8 +31,17 @@ def val(s, name, default=None, **labels):
     return s.get((name, frozenset((k, str(v)) for k, v in labels.items())), default)
 
 
-def info(count, max_ts):
-    return AppendInfo(0, count - 1, -1, 0, count, max_ts)
+def info(count, max_ts, log_append_time=-1):
+    return AppendInfo(0, count - 1, log_append_time, 0, count, max_ts)
+
+
+def appended(m, topic, records, info, now, one_batch=False):
+    """One successful append told as the produce handler tells it."""
+    from broker.handlers.produce import _count
+
+    tally = {}
+    _count(tally, topic, records, info, now, one_batch)
+    m.produced([], tally)
 
 
 def test_append_delay_one_observation_per_batch():
@@ -41,7 +50,7 @@ def test_append_delay_one_observation_per_batch():
     b2 = build_batch([(NOW - 2000, b"c")])
     future = build_batch([(NOW + 10, b"d")])
     records = memoryview(bytearray(b1 + b2 + future))
-    m.appended("t", records, info(4, NOW + 10), True, NOW)
+    appended(m, "t", records, info(4, NOW + 10), NOW)
     s = samples(m)
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic="t") == 2
     assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="t") == pytest.approx(4.0 + 2.0)
@@ -54,8 +63,8 @@ def test_append_delay_legacy_set_and_log_append_time():
     m = BrokerMetrics(process_metrics=False)
     legacy = bytearray(70)  # magic byte (offset 16) is 0/1: one observation from the AppendInfo
     legacy[16] = 1
-    m.appended("old", legacy, info(3, NOW - 1500), True, NOW)
-    m.appended("lat", build_batch([(NOW - 1, b"x")]), info(1, NOW), False, NOW)
+    appended(m, "old", legacy, info(3, NOW - 1500), NOW)
+    appended(m, "lat", build_batch([(NOW - 1, b"x")]), info(1, NOW, NOW), NOW)
     s = samples(m)
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic="old") == 1
     assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="old") == pytest.approx(1.5)
@@ -67,12 +76,12 @@ def test_append_delay_short_legacy_set_and_one_batch():
     m = BrokerMetrics(process_metrics=False)
     short = bytearray(40)  # one magic 1 message with a small value: under a v2 header's 61 bytes
     short[16] = 1
-    m.appended("old", short, info(1, NOW - 250), True, NOW)
+    appended(m, "old", short, info(1, NOW - 250), NOW)
     one = memoryview(bytearray(build_batch([(NOW - 3000, b"a"), (NOW - 500, b"b")])))
-    m.appended("one", one, info(2, NOW - 500), True, NOW)
+    appended(m, "one", one, info(2, NOW - 500), NOW)
     # the produce handler's word that it is one batch (Produce v3+) changes nothing
-    m.appended("told", one, info(2, NOW - 500), True, NOW, True)
-    m.appended("told", one, info(2, NOW + 500), True, NOW, True)
+    appended(m, "told", one, info(2, NOW - 500), NOW, True)
+    appended(m, "told", one, info(2, NOW + 500), NOW, True)
     s = samples(m)
     for name in ("bytes_in_total", "messages_in_total"):
         assert val(s, f"chronolog_topic_{name}", topic="told") == 2 * val(s, f"chronolog_topic_{name}", topic="one")
@@ -82,6 +91,48 @@ def test_append_delay_short_legacy_set_and_one_batch():
     assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="old") == pytest.approx(0.25)
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic="one") == 1
     assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="one") == pytest.approx(0.5)
+
+
+def test_produced_counts_requests_per_topic_and_appends_in_request_order():
+    """One call per produce request: a request per topic in it, failed when any of its
+    partitions failed; bytes, messages and delays per append, topic by topic; a topic
+    the broker does not have gets no series."""
+    from protocol.messages import ProduceResponse
+
+    P = ProduceResponse.PartitionProduceResponse
+    T = ProduceResponse.TopicProduceResponse
+    m = BrokerMetrics(process_metrics=False)
+    m.topic_exists = lambda topic: topic != "gone"
+    a0 = build_batch([(NOW - 1000, b"a")])
+    a1 = build_batch([(NOW - 3000, b"bb"), (NOW - 2000, b"c")])
+    b0 = build_batch([(NOW + 5, b"d")])
+    responses = [T(name="a", partition_responses=[P(index=0), P(index=1), P(index=2, error_code=3)]),
+                 T(name="b", partition_responses=[P(index=0)]),
+                 T(name="gone", partition_responses=[P(index=0, error_code=3)])]
+    from broker.handlers.produce import _count
+
+    tally = {}
+    for topic, records, i in (("a", a0, info(1, NOW - 1000)), ("a", a1, info(2, NOW - 2000)),
+                              ("b", b0, info(1, NOW + 5))):
+        _count(tally, topic, records, i, NOW, True)
+    m.produced(responses, tally)
+    tally = {}
+    _count(tally, "b", b0, info(1, NOW - 7, NOW - 7), NOW, True)  # a LogAppendTime append
+    m.produced(responses[1:2], tally)
+    s = samples(m)
+    assert val(s, "chronolog_topic_produce_requests_total", topic="a") == 1
+    assert val(s, "chronolog_topic_failed_produce_requests_total", topic="a") == 1
+    assert val(s, "chronolog_topic_produce_requests_total", topic="b") == 2
+    assert val(s, "chronolog_topic_failed_produce_requests_total", topic="b") == 0
+    assert val(s, "chronolog_topic_produce_requests_total", topic="gone") is None
+    assert val(s, "chronolog_topic_bytes_in_total", topic="a") == len(a0) + len(a1)
+    assert val(s, "chronolog_topic_messages_in_total", topic="a") == 3
+    assert val(s, "chronolog_topic_bytes_in_total", topic="b") == 2 * len(b0)
+    assert val(s, "chronolog_topic_messages_in_total", topic="b") == 2
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="a") == 2
+    assert val(s, "chronolog_produce_append_delay_seconds_sum", topic="a") == pytest.approx(3.0)
+    assert val(s, "chronolog_produce_append_delay_seconds_count", topic="b") == 0
+    assert val(s, "chronolog_produce_append_delay_negative_total", topic="b") == 1
 
 
 def test_request_errors_from_response_structure():

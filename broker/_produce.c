@@ -1,0 +1,356 @@
+/* broker/_produce.c - the produce handler's per-partition loop for its common case,
+ * compiled: for each partition of a Produce v3+ request whose records are one plain v2
+ * batch that validates, what broker/handlers/produce.py does in _append_one,
+ * Log.append_produced and _appended (find the partition's log, validate and append,
+ * count it for the metrics, tell the fetch waiters, make its answer), in one call for a
+ * run of partitions instead of about eight Python frames per partition.
+ *
+ * Owns no format and no rule of its own: validation is storage.validator.validate_common
+ * (protocol/_recwalk.c), the append storage/_append.c's append_one or else
+ * Log._append, the answer the generated PartitionProduceResponse._new; every one of them
+ * is handed over by setup() and called here as the Python code calls it. At the first
+ * partition that is not this case (no log, an internal topic, records the validator
+ * does not take, anything the caller replaced the records with) it stops and returns
+ * that partition's position: the handler's Python path takes it, and names any problem,
+ * then may call run() again for the rest. The tests run the same requests through both
+ * and compare answers, files, offsets and metrics.
+ *
+ *   setup(validate, append_one, new_answer, no_leader, log_type, internal_topics, on_duplicate)
+ *       once, from broker.handlers.produce at import
+ *   run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception)
+ *       ``logs``: the log manager's {(topic, partition): Log}; ``items``: the request's
+ *       [(topic, partition, records)] in request order. From ``start``, each item is
+ *       appended at ``now_ms`` and its answer appended to ``results``; returns the
+ *       position of the first item not taken (len(items) when all were), or that
+ *       position with the exception its validation or append raised (the caller
+ *       answers it as it answers any storage error, then goes on after it).
+ *       ``tally``: None (metrics off) or {topic: [bytes, messages, delays]} added to for
+ *       each non-duplicate append, as produce.py's _count adds; ``notify``: None or
+ *       ctx.notify_append, called (topic, partition) after each non-duplicate append.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define V2_HEADER 61        /* a v2 batch header's bytes */
+#define MAGIC_POS 16        /* the magic byte */
+#define ATTR_LOW 22         /* the attributes' low byte (big-endian int16 at 21) */
+#define TRANSACTIONAL 0x10  /* in that byte */
+
+static PyObject *validate_fn, *append_one_fn, *new_answer, *no_leader, *log_type, *internal_topics, *on_duplicate;
+static PyObject *s_latest_epoch, *s_append, *zero, *one;
+
+/* the offsets of the Log fields read here (__slots__ fields, storage/log.py), from their
+ * member descriptors: read there directly, a few instructions instead of an attribute
+ * lookup through the type */
+static Py_ssize_t o_closed, o_rules, o_leo, o_lat, o_epochs;
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static int slot_offset(PyObject *cls, const char *name, Py_ssize_t *out) {
+    PyObject *d = PyObject_GetAttrString(cls, name);
+    if (!d)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ field", ((PyTypeObject *)cls)->tp_name, name);
+    Py_DECREF(d);
+    return ok ? 0 : -1;
+}
+
+static PyObject *pr_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyType_Check(args[4]) || !PyAnySet_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "setup(validate, append_one, new_answer, no_leader, log_type, "
+                                         "internal_topics, on_duplicate): log_type a class, internal_topics a set");
+        return NULL;
+    }
+    if (slot_offset(args[4], "_closed", &o_closed) < 0 || slot_offset(args[4], "_validation_rules", &o_rules) < 0
+        || slot_offset(args[4], "_leo", &o_leo) < 0 || slot_offset(args[4], "_last_append_time_ms", &o_lat) < 0
+        || slot_offset(args[4], "_epochs", &o_epochs) < 0)
+        return NULL;
+    Py_XSETREF(validate_fn, Py_NewRef(args[0]));
+    Py_XSETREF(append_one_fn, Py_NewRef(args[1]));
+    Py_XSETREF(new_answer, Py_NewRef(args[2]));
+    Py_XSETREF(no_leader, Py_NewRef(args[3]));
+    Py_XSETREF(log_type, Py_NewRef(args[4]));
+    Py_XSETREF(internal_topics, Py_NewRef(args[5]));
+    Py_XSETREF(on_duplicate, Py_NewRef(args[6]));
+    Py_RETURN_NONE;
+}
+
+/* list[i] += v for an int item (v a new reference, stolen); -1 with an error set */
+static int add_to(PyObject *list, Py_ssize_t i, PyObject *v) {
+    if (!v)
+        return -1;
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, i), v);
+    Py_DECREF(v);
+    if (!sum)
+        return -1;
+    return PyList_SetItem(list, i, sum);
+}
+
+/* the metrics' part of one non-duplicate append (produce.py's _count): bytes, messages,
+ * and for a CreateTime topic's append (no log append time) a list of delays, with the
+ * delay of its one batch, now - maxTimestamp, when that is a timestamp */
+static int count(PyObject *tally, PyObject *topic, Py_ssize_t nbytes, PyObject *info, PyObject *now_obj) {
+    if (nbytes < 0)
+        return -1;
+    PyObject *t = PyDict_GetItemWithError(tally, topic);
+    if (!t) {
+        if (PyErr_Occurred())
+            return -1;
+        t = Py_BuildValue("[iiO]", 0, 0, Py_None);
+        if (!t || PyDict_SetItem(tally, topic, t) < 0) {
+            Py_XDECREF(t);
+            return -1;
+        }
+        Py_DECREF(t);  /* the dict holds it */
+    }
+    if (!PyList_Check(t) || PyList_GET_SIZE(t) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a tally is [bytes, messages, delays or None]");
+        return -1;
+    }
+    /* AppendInfo: base_offset, last_offset, log_append_time, log_start_offset,
+     * record_count, max_timestamp, duplicate */
+    if (add_to(t, 0, PyLong_FromSsize_t(nbytes)) < 0 || add_to(t, 1, Py_NewRef(PyTuple_GET_ITEM(info, 4))) < 0)
+        return -1;
+    long long lat = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 2));
+    if (lat == -1 && PyErr_Occurred())
+        return -1;
+    if (lat >= 0)
+        return 0;
+    PyObject *delays = PyList_GET_ITEM(t, 2);
+    if (delays == Py_None) {
+        if (!(delays = PyList_New(0)) || PyList_SetItem(t, 2, delays) < 0)
+            return -1;
+    } else if (!PyList_Check(delays)) {
+        PyErr_SetString(PyExc_TypeError, "a tally's delays are a list");
+        return -1;
+    }
+    PyObject *max_ts = PyTuple_GET_ITEM(info, 5);
+    if (max_ts == Py_None)
+        return 0;
+    long long ts = PyLong_AsLongLong(max_ts), now = PyLong_AsLongLong(now_obj);
+    if ((ts == -1 || now == -1) && PyErr_Occurred())
+        return -1;
+    if (ts < 0)
+        return 0;
+    PyObject *delay = PyLong_FromLongLong(now - ts);
+    if (!delay)
+        return -1;
+    int r = PyList_Append(delays, delay);
+    Py_DECREF(delay);
+    return r;
+}
+
+/* records: one plain (not transactional) v2 batch's worth of bytes at least; the
+ * validator checks the rest */
+static int plain_v2(PyObject *records) {
+    if (!PyMemoryView_Check(records) && !PyByteArray_Check(records))
+        return 0;  /* the validator patches in place: a writable buffer only */
+    Py_buffer view;
+    if (PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const unsigned char *b = view.buf;
+    int ok = view.len >= V2_HEADER && b[MAGIC_POS] == 2 && !(b[ATTR_LOW] & TRANSACTIONAL);
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+static PyObject *stopped_by(Py_ssize_t i) {
+    /* an item's validation or append raised: (i, exception), the error cleared; not
+     * an Exception (KeyboardInterrupt, SystemExit): raised on */
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    if (!value)
+        return NULL;
+    return Py_BuildValue("(nN)", i, value);
+}
+
+static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "run(logs, items, start, now_ms, results, tally, notify)");
+        return NULL;
+    }
+    if (!validate_fn) {
+        PyErr_SetString(PyExc_RuntimeError, "broker._produce.setup() was not called");
+        return NULL;
+    }
+    PyObject *logs = args[0], *items = args[1], *now_obj = args[3], *results = args[4], *tally = args[5],
+             *notify = args[6];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyDict_Check(logs) || !PyList_Check(items) || !PyList_Check(results) || !PyLong_Check(now_obj)
+        || (tally != Py_None && !PyDict_Check(tally))) {
+        PyErr_SetString(PyExc_TypeError, "run: logs a dict, items and results lists, now_ms an int, tally a dict "
+                                         "or None");
+        return NULL;
+    }
+    for (; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3)
+            break;
+        PyObject *topic = PyTuple_GET_ITEM(item, 0), *partition = PyTuple_GET_ITEM(item, 1),
+                 *records = PyTuple_GET_ITEM(item, 2);
+        if (!PyUnicode_CheckExact(topic) || !plain_v2(records))
+            break;
+        int internal = PySet_Contains(internal_topics, topic);
+        if (internal != 0) {
+            if (internal < 0)
+                return NULL;
+            break;
+        }
+        PyObject *key = PyTuple_Pack(2, topic, partition);
+        if (!key)
+            return NULL;
+        PyObject *log = PyDict_GetItemWithError(logs, key);  /* borrowed */
+        Py_DECREF(key);
+        if (!log) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;  /* not here (or not loaded yet): LogManager.get_log */
+        }
+        if ((PyObject *)Py_TYPE(log) != log_type)
+            break;
+        Py_INCREF(log);
+        /* Log.append_produced: an open log, then validate_common (the fields held while
+         * the calls below run Python code) */
+        PyObject *rules = NULL, *leo = NULL, *lat = NULL, *epochs = NULL, *epoch = NULL, *va = NULL, *info = NULL,
+                 *answer = NULL;
+        if (SLOT(log, o_closed) != Py_False)
+            goto not_taken;  /* closed (or a field unset): Log.append_produced says so */
+        rules = Py_XNewRef(SLOT(log, o_rules));
+        leo = Py_XNewRef(SLOT(log, o_leo));
+        lat = Py_XNewRef(SLOT(log, o_lat));
+        epochs = Py_XNewRef(SLOT(log, o_epochs));
+        if (!rules || !leo || !lat || !epochs)
+            goto not_taken;
+        if (!(epoch = PyObject_GetAttr(epochs, s_latest_epoch)))
+            goto error;
+        PyObject *vargs[7] = {records, rules, now_obj, leo, lat, epoch, one};
+        va = PyObject_Vectorcall(validate_fn, vargs, 7, NULL);
+        if (!va)
+            goto raised;
+        if (va == Py_None)
+            goto not_taken;
+        PyObject *aargs[3] = {log, va, now_obj};
+        info = PyObject_Vectorcall(append_one_fn, aargs, 3, NULL);
+        if (info == Py_None) {  /* not append_one's case: Log._append takes it */
+            Py_DECREF(info);
+            PyObject *margs[4] = {log, va, now_obj, Py_False};
+            info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        if (!info)
+            goto raised;
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 7) {
+            PyErr_SetString(PyExc_TypeError, "an append returned no AppendInfo");
+            goto error;
+        }
+        /* _appended: counted and the waiters told, unless a retried batch (its first
+         * offsets answered again) */
+        int duplicate = PyObject_IsTrue(PyTuple_GET_ITEM(info, 6));
+        if (duplicate < 0)
+            goto error;
+        if (duplicate) {
+            PyObject *dargs[3] = {topic, partition, PyTuple_GET_ITEM(info, 0)};
+            PyObject *r = PyObject_Vectorcall(on_duplicate, dargs, 3, NULL);
+            if (!r)
+                goto error;
+            Py_DECREF(r);
+        } else {
+            if (tally != Py_None && count(tally, topic, PyObject_Length(records), info, now_obj) < 0)
+                goto error;
+            if (notify != Py_None) {
+                PyObject *nargs_[2] = {topic, partition};
+                PyObject *r = PyObject_Vectorcall(notify, nargs_, 2, NULL);
+                if (!r)
+                    goto error;
+                Py_DECREF(r);
+            }
+        }
+        /* index, error_code, base_offset, log_append_time_ms, log_start_offset,
+         * record_errors, error_message, current_leader */
+        PyObject *record_errors = PyList_New(0);
+        if (!record_errors)
+            goto error;
+        PyObject *fields[8] = {partition, zero, PyTuple_GET_ITEM(info, 0), PyTuple_GET_ITEM(info, 2),
+                               PyTuple_GET_ITEM(info, 3), record_errors, Py_None, no_leader};
+        answer = PyObject_Vectorcall(new_answer, fields, 8, NULL);
+        Py_DECREF(record_errors);
+        if (!answer || PyList_Append(results, answer) < 0)
+            goto error;
+        Py_DECREF(answer);
+        Py_DECREF(info);
+        Py_DECREF(va);
+        Py_DECREF(epoch);
+        Py_DECREF(epochs);
+        Py_DECREF(lat);
+        Py_DECREF(leo);
+        Py_DECREF(rules);
+        Py_DECREF(log);
+        continue;
+
+    raised: {
+        PyObject *stop = stopped_by(i);
+        Py_XDECREF(va);
+        Py_XDECREF(epoch);
+        Py_XDECREF(epochs);
+        Py_XDECREF(lat);
+        Py_XDECREF(leo);
+        Py_XDECREF(rules);
+        Py_DECREF(log);
+        return stop;
+    }
+    not_taken:
+        Py_XDECREF(va);
+        Py_XDECREF(epoch);
+        Py_XDECREF(epochs);
+        Py_XDECREF(lat);
+        Py_XDECREF(leo);
+        Py_XDECREF(rules);
+        Py_DECREF(log);
+        break;
+    error:
+        Py_XDECREF(answer);
+        Py_XDECREF(info);
+        Py_XDECREF(va);
+        Py_XDECREF(epoch);
+        Py_XDECREF(epochs);
+        Py_XDECREF(lat);
+        Py_XDECREF(leo);
+        Py_XDECREF(rules);
+        Py_DECREF(log);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))pr_setup, METH_FASTCALL,
+     "setup(validate, append_one, new_answer, no_leader, log_type, internal_topics, on_duplicate)"},
+    {"run", (PyCFunction)(void (*)(void))pr_run, METH_FASTCALL,
+     "run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception): the common case of "
+     "a run of a Produce v3+ request's partitions"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__produce(void) {
+    if (!(s_latest_epoch = PyUnicode_InternFromString("latest_epoch"))
+        || !(s_append = PyUnicode_InternFromString("_append")) || !(zero = PyLong_FromLong(0))
+        || !(one = PyLong_FromLong(1)))
+        return NULL;
+    return PyModule_Create(&module);
+}
