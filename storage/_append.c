@@ -10,12 +10,11 @@
  * cases as those methods, which stay the reference: the tests drive the same appends
  * through both and compare every file and every field.
  *
- *   setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, open_files)
+ *   setup(append_info_type, log_type, segment_type, index_type, file_type, unknown)
  *       once, from storage.log at import: AppendInfo; Log, LogSegment, AbstractIndex and
- *       _LogFile, whose fields' offsets it takes from their member descriptors;
- *       storage.segment._UNKNOWN (a segment's first timestamp not known yet); and
- *       storage.open_files.OPEN_FILES, whose LRU (``_lru``, an OrderedDict made once) the
- *       append moves its file to the end of, as OpenFiles.touch does
+ *       _LogFile, whose fields' offsets it takes from their member descriptors; and
+ *       storage.segment._UNKNOWN (a segment's first timestamp not known yet). The append
+ *       marks its file used (``_recent``) as storage.open_files.OpenFiles.touch does.
  *   append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None
  *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
  *       ``now_ms``: the append's clock reading; ``producer_checked``: the batch carries a
@@ -38,7 +37,7 @@
 #define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
 
 static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_type, *unknown_ts,
-    *lru_move_to_end, *s_flush, *s_map_end_offset;
+    *s_flush, *s_map_end_offset;
 
 /* Where each field lives in its object: the offset of the __slots__ field (a member
  * descriptor of type T_OBJECT_EX) of its class, found once by setup(). The fields are read
@@ -48,7 +47,7 @@ static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_
 static Py_ssize_t o_leo, o_hw, o_last_append_time_ms, o_recovery_point, o_append_limits, o_segments,
     o_producer_state, o_log_start_offset, o_size, o_bytes_since, o_index_interval_bytes, o_base_offset, o_rolling_ts,
     o_roll_jitter_ms, o_created_ms, o_offset_index, o_time_index, o_file, o_max_ts, o_max_ts_offset, o_entries,
-    o_max_entries, o_fd;
+    o_max_entries, o_fd, o_recent;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -112,10 +111,10 @@ static int slot_offset(PyObject *cls, const char *name, Py_ssize_t *out) {
 }
 
 static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
+    if (nargs != 6 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
         || !PyType_Check(args[1]) || !PyType_Check(args[2]) || !PyType_Check(args[3]) || !PyType_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "setup(append_info_type, log_type, segment_type, index_type, file_type, "
-                                         "unknown, open_files): a tuple subclass and four classes first");
+                                         "unknown): a tuple subclass and four classes first");
         return NULL;
     }
     PyObject *log_cls = args[1], *seg_cls = args[2], *idx_cls = args[3], *file_cls = args[4];
@@ -147,24 +146,17 @@ static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         {idx_cls, "entries", &o_entries},
         {idx_cls, "max_entries", &o_max_entries},
         {file_cls, "fd", &o_fd},
+        {file_cls, "_recent", &o_recent},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0)
             return NULL;
-    PyObject *lru = PyObject_GetAttrString(args[6], "_lru");
-    if (!lru)
-        return NULL;
-    PyObject *move = PyObject_GetAttrString(lru, "move_to_end");
-    Py_DECREF(lru);
-    if (!move)
-        return NULL;
     Py_XSETREF(append_info_type, Py_NewRef(args[0]));
     Py_XSETREF(log_type, Py_NewRef(log_cls));
     Py_XSETREF(segment_type, Py_NewRef(seg_cls));
     Py_XSETREF(index_type, Py_NewRef(idx_cls));
     Py_XSETREF(file_type, Py_NewRef(file_cls));
     Py_XSETREF(unknown_ts, Py_NewRef(args[5]));
-    Py_XSETREF(lru_move_to_end, move);
     Py_RETURN_NONE;
 }
 
@@ -278,15 +270,8 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
     }
 
     /* written: the state, as the Python path leaves it (an error here is a bug: raised) */
-    /* OPEN_FILES.touch(file): the most recently used handle (one the LRU does not hold is
-     * left alone) */
-    PyObject *touched = PyObject_CallOneArg(lru_move_to_end, file);
-    if (touched)
-        Py_DECREF(touched);
-    else if (PyErr_ExceptionMatches(PyExc_KeyError))
-        PyErr_Clear();
-    else
-        goto done;
+    /* OPEN_FILES.touch(file): used since the last pass */
+    set_slot(file, o_recent, Py_NewRef(Py_True));
     if (current == 0)
         set_slot(seg, o_rolling_ts, Py_NewRef(max_ts_obj));
     if (set_slot(seg, o_size, PyLong_FromLongLong(current + n)) < 0)
@@ -346,8 +331,8 @@ not_this_case:
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))ap_setup, METH_FASTCALL,
-     "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, open_files): the classes "
-     "whose fields append_one reads and writes, what it returns and the LRU it touches"},
+     "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown): the classes whose "
+     "fields append_one reads and writes and what it returns"},
     {"append_one", (PyCFunction)(void (*)(void))ap_append_one, METH_FASTCALL,
      "append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None: Log._append's common one-batch "
      "case"},

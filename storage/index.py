@@ -65,7 +65,7 @@ class AbstractIndex:
 
     # every field a slot: storage/_append.c reads is_full's two where they sit in the object
     __slots__ = ("entries", "max_entries", "_map_obj", "_written", "base_offset", "length", "max_index_size", "path",
-                 "writable", "__weakref__")
+                 "writable", "_recent", "__weakref__")
 
     ENTRY_SIZE: int = 0
     _STRUCT: struct.Struct  # entry layout
@@ -80,7 +80,8 @@ class AbstractIndex:
         self.base_offset = int(base_offset)
         self.max_index_size = int(max_index_size)
         self.writable = writable
-        self._map_obj: mmap.mmap | None = None  # None when empty or released by the LRU
+        self._map_obj: mmap.mmap | None = None  # None when empty or released by OPEN_FILES
+        self._recent = False  # used since the OPEN_FILES' last pass
         self._written = False  # entries written since the last flush()
         newly_created = not (os.path.exists(self.path) if exists is None else exists)
         flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
@@ -124,7 +125,7 @@ class AbstractIndex:
 
     @property
     def _mm(self) -> mmap.mmap | None:
-        """The mapping, mapped again by path if the LRU released it."""
+        """The mapping, mapped again by path if OPEN_FILES released it."""
         mm = self._map_obj
         if mm is not None:
             OPEN_FILES.touch(self)
@@ -139,7 +140,7 @@ class AbstractIndex:
         return self._map_obj
 
     def _release(self) -> None:
-        """Unmap, keep the file usable (the LRU's eviction). MAP_SHARED: what was written
+        """Unmap, keep the file usable (an OPEN_FILES eviction). MAP_SHARED: what was written
         through the map is in the page cache already."""
         mm, self._map_obj = self._map_obj, None
         if mm is not None:
@@ -252,7 +253,7 @@ class AbstractIndex:
 
     def flush(self) -> None:
         """Force the entries written since the last flush to disk: msync, or fdatasync
-        when the LRU has unmapped the index meanwhile (its pages are in the page cache)."""
+        when OPEN_FILES has unmapped the index meanwhile (its pages are in the page cache)."""
         if self._map_obj is not None:
             self._map_obj.flush()
         elif self._written:

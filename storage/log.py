@@ -75,7 +75,6 @@ from storage import partition_metadata
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
 from storage.transaction_index import AbortedTxn
-from storage.open_files import OPEN_FILES
 from storage.validator import rules_of, validate_common
 from storage.segment import (
     _UNKNOWN,
@@ -1248,4 +1247,4 @@ def _unlink(path: str) -> None:
 
 
 if _compiled_append is not None:
-    _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN, OPEN_FILES)
+    _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN)

@@ -107,14 +107,15 @@ class _LogFile:
     """Holder of the segment's raw fd; FileSlices keep a reference to it.
 
     The descriptor is one of the handles bounded by :data:`storage.open_files.OPEN_FILES`:
-    when released by the LRU it is reopened by path on the next ``fileno()`` (the path
+    when released by OPEN_FILES it is reopened by path on the next ``fileno()`` (the path
     follows renames). ``close()`` ends it for good."""
 
-    __slots__ = ("path", "fd", "_closed")
+    __slots__ = ("path", "fd", "_closed", "_recent")
 
     def __init__(self, path: str):
         self.path = path
         self._closed = False
+        self._recent = False  # used since the OPEN_FILES' last pass
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         OPEN_FILES.opened(self)
 
@@ -130,7 +131,7 @@ class _LogFile:
         return fd
 
     def _release(self) -> None:
-        """Close the descriptor, keep the file usable (the LRU's eviction)."""
+        """Close the descriptor, keep the file usable (an OPEN_FILES eviction)."""
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)

@@ -39,6 +39,32 @@ def test_lru_releases_the_least_recently_used_past_the_capacity():
     assert sum(h.released for h in hs) == 1
 
 
+def test_a_touched_handle_gets_one_second_chance():
+    """Second chance (CLOCK): past the bound the oldest handles are visited in turn; one
+    used since the last pass loses its mark and goes to the newest end, the first
+    unmarked one is released; so a handle touched once outlives one pass, not two."""
+    lru = OpenFiles(MIN_CAPACITY)
+    hs = [Handle(i) for i in range(MIN_CAPACITY)]
+    for h in hs:
+        lru.opened(h)
+    for h in hs[:3]:
+        lru.touch(h)
+    lru.opened(Handle("a"))  # 0, 1, 2 get their second chance: 3 goes
+    assert [h.name for h in hs if h.released] == [3]
+    lru.touch(hs[5])
+    for name in "bcd":
+        lru.opened(Handle(name))  # 4, then 5's second chance, 6, 7
+    assert [h.name for h in hs if h.released] == [3, 4, 6, 7]
+    # the ring now: 8-15, a, 0, 1, 2 (their marks spent), b, c, 5 (its mark spent), d
+    for name in "efghijklmnop":
+        lru.opened(Handle(name))
+    assert [h.name for h in hs if h.released] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    for name in "qrs":  # b, c, then 5
+        lru.opened(Handle(name))
+    assert [h.name for h in hs if h.released] == list(range(16))
+    assert lru.evictions == 19 and len(lru) == MIN_CAPACITY
+
+
 def test_auto_capacity_leaves_a_quarter_of_the_limit():
     import resource
 
