@@ -10,6 +10,7 @@ case runs the validator twice, once as the broker runs it and once with the comp
 paths switched off, and compares the appended bytes and fields, or the error's type,
 message and per-record errors."""
 
+import platform
 import struct
 from types import SimpleNamespace
 
@@ -226,11 +227,18 @@ def test_small_crc_table_is_crc32c(data):
 
     from protocol import _recwalk
 
-    assert _recwalk.crc32c_small(data) == crc32c.crc32c(data)
+    assert _recwalk.crc32c_small(data) == crc32c.crc32c(data)  # the CPU's instruction where it has one
+    assert _recwalk.crc32c_table(data) == crc32c.crc32c(data)
+    # every alignment and tail length of the 8-byte steps
+    for start in range(min(9, len(data))):
+        assert _recwalk.crc32c_small(data[start:]) == _recwalk.crc32c_table(data[start:])
 
 
 def test_small_crc_table_known_value():
     from protocol import _recwalk
 
-    assert _recwalk.crc32c_small(b"123456789") == 0xE3069283  # the CRC-32C check value
-    assert _recwalk.crc32c_small(b"") == 0
+    for fn in (_recwalk.crc32c_small, _recwalk.crc32c_table):
+        assert fn(b"123456789") == 0xE3069283  # the CRC-32C check value
+        assert fn(b"") == 0
+    # an x86-64 CPU of the last 15 years has SSE4.2 (this machine's EPYC does)
+    assert _recwalk.CRC_HW == (platform.machine() in ("x86_64", "AMD64"))
