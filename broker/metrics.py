@@ -281,13 +281,15 @@ class _ErrorCodeWalker:
     walked)."""
 
     def __init__(self) -> None:
-        self._walks: dict[type, Callable] = {}
+        self.walks: dict[type, Callable] = {}
 
-    def codes(self, obj, out: list[int]) -> None:
-        walk = self._walks.get(type(obj))
+    def walk_of(self, cls) -> Callable:
+        """The walk of responses of class ``cls``: ``walk(response, out)`` appends their
+        codes to ``out``."""
+        walk = self.walks.get(cls)
         if walk is None:
-            walk = self._walks[type(obj)] = _compile_walk(getattr(type(obj), "_struct_spec", None))
-        walk(obj, out)
+            walk = self.walks[cls] = _compile_walk(getattr(cls, "_struct_spec", None))
+        return walk
 
 
 def _compile_walk(spec) -> Callable:
@@ -396,6 +398,7 @@ class BrokerMetrics:
         self.connections = Gauge("chronolog_connections", "Open connections per listener", ("listener",),
                                  registry=ev)
         self._walker = _ErrorCodeWalker()
+        self._walks = self._walker.walks  # {response class: its walk}, read once per request
         self._api_children: dict[int, tuple] = {}
         self._topic_children: dict[str, tuple] = {}
         self._fetch_children: dict[str, tuple] = {}
@@ -420,10 +423,12 @@ class BrokerMetrics:
     def request_done(self, api_key: int, response, seconds: float) -> None:
         req, hist, name = self._api_children.get(api_key) or self._api(api_key)
         req.value += 1
-        hist.observe(seconds)
+        hist.counts[bisect_left(hist.bounds, seconds)] += 1  # hist.observe(seconds), without the call
+        hist.sum += seconds
         if response is not None:
             codes: list[int] = []
-            self._walker.codes(response, codes)
+            walk = self._walks.get(response.__class__) or self._walker.walk_of(response.__class__)
+            walk(response, codes)
             for code in codes:
                 self.request_errors.labels(name, _error_name(code)).inc()
 
@@ -503,9 +508,13 @@ class BrokerMetrics:
             c[1].value += messages
             if delays is not None:
                 hist, neg = self._delay_children.get(topic) or self._delay(topic)
+                buckets, counts = hist.ms_buckets, hist.counts
                 for delay in delays:
                     if delay < 0:
                         neg.value += 1
+                    elif delay < _MS_TABLE_SIZE:  # hist.observe_ms(delay), without the call
+                        counts[buckets[delay]] += 1
+                        hist.sum += delay / 1000.0
                     else:
                         hist.observe_ms(delay)
 
