@@ -162,7 +162,10 @@ class Dispatcher:
     def dispatch(self, conn, frame: bytes):
         """Returns None (no response), a list of chunks, or an awaitable of chunks."""
         session = conn.session
-        if session is not None and not session.authenticated:
+        # read once: the authenticator's SERVE (ApiVersions before authenticating) leaves
+        # the session unauthenticated
+        authenticated = session is not None and session.authenticated
+        if session is not None and not authenticated:
             from broker.security.authenticator import SERVE
 
             # SASL tokens (the legacy framing's are not even Kafka requests)
@@ -176,7 +179,7 @@ class Dispatcher:
             conn.close()
             return None
         api_key, version = header.api_key, header.api_version
-        if session is not None and session.authenticated:
+        if authenticated:
             if api_key in SASL_KEYS:
                 return self.authenticator.handle_authenticated(conn, header, offset, frame)
             elif session.expires_at_ms is not None and self.authenticator.session_expired(session):
