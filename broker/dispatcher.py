@@ -159,8 +159,10 @@ class Dispatcher:
             if shares is not None and shares.sessions:
                 shares.connection_closed(conn.session)
 
-    def dispatch(self, conn, frame: bytes):
-        """Returns None (no response), a list of chunks, or an awaitable of chunks."""
+    def dispatch(self, conn, frame: memoryview):
+        """``frame``: a request's bytes, a memoryview of unsigned bytes (a slice of the
+        connection's buffer). Returns None (no response), a list of chunks, or an
+        awaitable of chunks."""
         session = conn.session
         # read once: the authenticator's SERVE (ApiVersions before authenticating) leaves
         # the session unauthenticated
@@ -173,7 +175,8 @@ class Dispatcher:
             if result is not SERVE:
                 return result
         try:
-            header, offset = codec.decode_request_header(frame)
+            # frames are memoryviews of the connection's bytearray (format "B")
+            header, offset = codec.decode_request_header_view(frame)
         except codec.DecodeError as exc:
             log.warning("closing connection from %s: undecodable request header: %s", conn._peer, exc)
             conn.close()
@@ -203,7 +206,7 @@ class Dispatcher:
             conn.close()
             return None
         try:
-            request = codec.decode_request_body(header, frame, offset)
+            request = codec.decode_request_body_view(header, frame, offset)
         except codec.DecodeError as exc:
             log.warning(
                 "closing connection from %s: malformed %s v%d request: %s",

@@ -282,7 +282,12 @@ def decode_request_header(frame: Any) -> tuple[Any, int]:
     For a known api key and flexible version the header's tagged fields are skipped
     (header v2); for ControlledShutdown v0 it is header v0; otherwise v1.
     """
-    mv = _as_view(frame)
+    return decode_request_header_view(_as_view(frame))
+
+
+def decode_request_header_view(mv: memoryview) -> tuple[Any, int]:
+    """:func:`decode_request_header` of a one-dimensional memoryview of unsigned bytes
+    (format "B", as a connection's frames are), without checking that it is one."""
     try:
         api_key, api_version = _S_hh.unpack_from(mv, 0)
     except struct.error:
@@ -334,14 +339,20 @@ def decode_request(frame: Any) -> tuple[Any, Any]:
 def decode_request_body(header: Any, frame: Any, pos: int) -> Any:
     """The request body that starts at ``pos`` (as returned by
     :func:`decode_request_header`), for callers that look at the header first."""
+    return decode_request_body_view(header, _as_view(frame), pos)
+
+
+def decode_request_body_view(header: Any, mv: memoryview, pos: int) -> Any:
+    """:func:`decode_request_body` of a one-dimensional memoryview of unsigned bytes
+    (format "B", as a connection's frames are), without checking that it is one."""
     plan = _REQ_PLANS.get((header.api_key, header.api_version))
     if plan is not None:
         try:
-            return plan[1](_as_view(frame), pos)[0]
+            return plan[1](mv, pos)[0]
         except _DECODE_ERRORS:
             pass  # again below, for the message naming the field
     name = _checked_name(_REQ_NAMES, header.api_key, header.api_version, header)
-    body, _ = _decode(name, header.api_version, _as_view(frame), pos)
+    body, _ = _decode(name, header.api_version, mv, pos)
     return body
 
 
