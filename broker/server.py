@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import os
 import signal
@@ -85,10 +86,12 @@ def _elr_safety_configs(lm, static_cfg) -> None:
 class BrokerServer:
     """The running broker. Usable from tests in-process as well as from ``run``."""
 
-    def __init__(self, config, clock=None) -> None:
+    def __init__(self, config, clock=None, settle_heap: bool = False) -> None:
+        """``settle_heap``: the broker process's own (``serve``): see settle_heap()."""
         from storage.clock import SystemClock
         from storage.log_manager import LogManager
 
+        self.settle_heap = settle_heap
         self.config = config
         self.clock = clock or SystemClock()
         self.log_manager = LogManager(config, self.clock)
@@ -348,6 +351,8 @@ class BrokerServer:
             more.clear()
             while lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
                 await asyncio.sleep(0)
+            if self.settle_heap:  # started, or a large topic made: what the broker is made of, settled
+                settle_heap()
             await more.wait()
 
     async def _flush_loop(self) -> None:
@@ -452,8 +457,27 @@ class BrokerServer:
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
+def settle_heap() -> int:
+    """Move every object the cyclic garbage collector tracks now out of its reach
+    (``gc.freeze``); returns how many. Called when the broker has started and its
+    partitions are loaded (and again when a large topic's partitions are made): what is
+    there then is what the broker is made of (modules, schemas, codec plans, every
+    partition's log, segments and indexes) and lives as long as it does. Without this,
+    each full collection walked all of it on the event loop: 30-45 ms for a broker of a
+    few partitions (measured), longer with thousands, whenever enough objects had
+    outlived the younger generations. Objects made later are collected as before. An object frozen here that
+    later becomes part of an unreachable cycle (a deleted topic's log) is freed by
+    reference counting if it can be, else kept: never more than this heap once."""
+    before = gc.get_freeze_count()
+    gc.freeze()
+    moved = gc.get_freeze_count() - before
+    log.info("heap settled: %d objects out of the cyclic collector's reach (%d in all)", moved,
+              gc.get_freeze_count())
+    return moved
+
+
 async def serve(config) -> None:
-    server = BrokerServer(config)
+    server = BrokerServer(config, settle_heap=True)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     timeout_ms = getattr(config, "controlled_shutdown_timeout_ms", 8000)
