@@ -177,6 +177,115 @@ static PyObject *stopped_by(Py_ssize_t i) {
     return Py_BuildValue("(nN)", i, value);
 }
 
+/* what take() did with an item */
+enum { TAKEN, NOT_TAKEN, RAISED, FAILED };
+
+/* one item (topic, partition, records): TAKEN (appended, answered, counted); NOT_TAKEN
+ * (nothing done: the Python path's case); RAISED (its validation or append raised an
+ * Exception, left set for the caller); FAILED (an error of this code, set) */
+static int take(PyObject *logs, PyObject *item, PyObject *now_obj, PyObject *results, PyObject *tally,
+                PyObject *notify) {
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3)
+        return NOT_TAKEN;
+    PyObject *topic = PyTuple_GET_ITEM(item, 0), *partition = PyTuple_GET_ITEM(item, 1),
+             *records = PyTuple_GET_ITEM(item, 2);
+    if (!PyUnicode_CheckExact(topic) || !plain_v2(records))
+        return NOT_TAKEN;
+    int internal = PySet_Contains(internal_topics, topic);
+    if (internal != 0)
+        return internal < 0 ? FAILED : NOT_TAKEN;
+    PyObject *key = PyTuple_Pack(2, topic, partition);
+    if (!key)
+        return FAILED;
+    PyObject *log = PyDict_GetItemWithError(logs, key);  /* borrowed */
+    Py_DECREF(key);
+    if (!log)  /* not here (or not loaded yet): LogManager.get_log */
+        return PyErr_Occurred() ? FAILED : NOT_TAKEN;
+    if ((PyObject *)Py_TYPE(log) != log_type || SLOT(log, o_closed) != Py_False)
+        return NOT_TAKEN;  /* closed (or a field unset): Log.append_produced says so */
+
+    /* Log.append_produced: validate_common, then append_one or Log._append (the log and
+     * the fields held while the calls run Python code) */
+    int status = FAILED;
+    PyObject *rules = Py_XNewRef(SLOT(log, o_rules)), *leo = Py_XNewRef(SLOT(log, o_leo)),
+             *lat = Py_XNewRef(SLOT(log, o_lat)), *epochs = Py_XNewRef(SLOT(log, o_epochs)), *epoch = NULL,
+             *va = NULL, *info = NULL, *answer = NULL, *record_errors = NULL;
+    Py_INCREF(log);
+    if (!rules || !leo || !lat || !epochs) {
+        status = NOT_TAKEN;
+        goto done;
+    }
+    if (!(epoch = PyObject_GetAttr(epochs, s_latest_epoch)))
+        goto done;
+    PyObject *vargs[7] = {records, rules, now_obj, leo, lat, epoch, one};
+    if (!(va = PyObject_Vectorcall(validate_fn, vargs, 7, NULL))) {
+        status = RAISED;
+        goto done;
+    }
+    if (va == Py_None) {
+        status = NOT_TAKEN;
+        goto done;
+    }
+    PyObject *aargs[3] = {log, va, now_obj};
+    info = PyObject_Vectorcall(append_one_fn, aargs, 3, NULL);
+    if (info == Py_None) {  /* not append_one's case: Log._append takes it */
+        Py_DECREF(info);
+        PyObject *margs[4] = {log, va, now_obj, Py_False};
+        info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    if (!info) {
+        status = RAISED;
+        goto done;
+    }
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 7) {
+        PyErr_SetString(PyExc_TypeError, "an append returned no AppendInfo");
+        goto done;
+    }
+    /* _appended: counted and the waiters told, unless a retried batch (its first
+     * offsets answered again) */
+    int duplicate = PyObject_IsTrue(PyTuple_GET_ITEM(info, 6));
+    if (duplicate < 0)
+        goto done;
+    if (duplicate) {
+        PyObject *dargs[3] = {topic, partition, PyTuple_GET_ITEM(info, 0)};
+        PyObject *r = PyObject_Vectorcall(on_duplicate, dargs, 3, NULL);
+        if (!r)
+            goto done;
+        Py_DECREF(r);
+    } else {
+        if (tally != Py_None && count(tally, topic, PyObject_Length(records), info, now_obj) < 0)
+            goto done;
+        if (notify != Py_None) {
+            PyObject *nargs[2] = {topic, partition};
+            PyObject *r = PyObject_Vectorcall(notify, nargs, 2, NULL);
+            if (!r)
+                goto done;
+            Py_DECREF(r);
+        }
+    }
+    /* index, error_code, base_offset, log_append_time_ms, log_start_offset,
+     * record_errors, error_message, current_leader */
+    if (!(record_errors = PyList_New(0)))
+        goto done;
+    PyObject *fields[8] = {partition, zero, PyTuple_GET_ITEM(info, 0), PyTuple_GET_ITEM(info, 2),
+                           PyTuple_GET_ITEM(info, 3), record_errors, Py_None, no_leader};
+    if (!(answer = PyObject_Vectorcall(new_answer, fields, 8, NULL)) || PyList_Append(results, answer) < 0)
+        goto done;
+    status = TAKEN;
+done:
+    Py_XDECREF(record_errors);
+    Py_XDECREF(answer);
+    Py_XDECREF(info);
+    Py_XDECREF(va);
+    Py_XDECREF(epoch);
+    Py_XDECREF(epochs);
+    Py_XDECREF(lat);
+    Py_XDECREF(leo);
+    Py_XDECREF(rules);
+    Py_DECREF(log);
+    return status;
+}
+
 static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "run(logs, items, start, now_ms, results, tally, notify)");
@@ -198,140 +307,15 @@ static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (; i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3)
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(items, i));  /* held while Python code runs */
+        int status = take(logs, item, now_obj, results, tally, notify);
+        Py_DECREF(item);
+        if (status == NOT_TAKEN)
             break;
-        PyObject *topic = PyTuple_GET_ITEM(item, 0), *partition = PyTuple_GET_ITEM(item, 1),
-                 *records = PyTuple_GET_ITEM(item, 2);
-        if (!PyUnicode_CheckExact(topic) || !plain_v2(records))
-            break;
-        int internal = PySet_Contains(internal_topics, topic);
-        if (internal != 0) {
-            if (internal < 0)
-                return NULL;
-            break;
-        }
-        PyObject *key = PyTuple_Pack(2, topic, partition);
-        if (!key)
+        if (status == RAISED)
+            return stopped_by(i);
+        if (status == FAILED)
             return NULL;
-        PyObject *log = PyDict_GetItemWithError(logs, key);  /* borrowed */
-        Py_DECREF(key);
-        if (!log) {
-            if (PyErr_Occurred())
-                return NULL;
-            break;  /* not here (or not loaded yet): LogManager.get_log */
-        }
-        if ((PyObject *)Py_TYPE(log) != log_type)
-            break;
-        Py_INCREF(log);
-        /* Log.append_produced: an open log, then validate_common (the fields held while
-         * the calls below run Python code) */
-        PyObject *rules = NULL, *leo = NULL, *lat = NULL, *epochs = NULL, *epoch = NULL, *va = NULL, *info = NULL,
-                 *answer = NULL;
-        if (SLOT(log, o_closed) != Py_False)
-            goto not_taken;  /* closed (or a field unset): Log.append_produced says so */
-        rules = Py_XNewRef(SLOT(log, o_rules));
-        leo = Py_XNewRef(SLOT(log, o_leo));
-        lat = Py_XNewRef(SLOT(log, o_lat));
-        epochs = Py_XNewRef(SLOT(log, o_epochs));
-        if (!rules || !leo || !lat || !epochs)
-            goto not_taken;
-        if (!(epoch = PyObject_GetAttr(epochs, s_latest_epoch)))
-            goto error;
-        PyObject *vargs[7] = {records, rules, now_obj, leo, lat, epoch, one};
-        va = PyObject_Vectorcall(validate_fn, vargs, 7, NULL);
-        if (!va)
-            goto raised;
-        if (va == Py_None)
-            goto not_taken;
-        PyObject *aargs[3] = {log, va, now_obj};
-        info = PyObject_Vectorcall(append_one_fn, aargs, 3, NULL);
-        if (info == Py_None) {  /* not append_one's case: Log._append takes it */
-            Py_DECREF(info);
-            PyObject *margs[4] = {log, va, now_obj, Py_False};
-            info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
-        if (!info)
-            goto raised;
-        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 7) {
-            PyErr_SetString(PyExc_TypeError, "an append returned no AppendInfo");
-            goto error;
-        }
-        /* _appended: counted and the waiters told, unless a retried batch (its first
-         * offsets answered again) */
-        int duplicate = PyObject_IsTrue(PyTuple_GET_ITEM(info, 6));
-        if (duplicate < 0)
-            goto error;
-        if (duplicate) {
-            PyObject *dargs[3] = {topic, partition, PyTuple_GET_ITEM(info, 0)};
-            PyObject *r = PyObject_Vectorcall(on_duplicate, dargs, 3, NULL);
-            if (!r)
-                goto error;
-            Py_DECREF(r);
-        } else {
-            if (tally != Py_None && count(tally, topic, PyObject_Length(records), info, now_obj) < 0)
-                goto error;
-            if (notify != Py_None) {
-                PyObject *nargs_[2] = {topic, partition};
-                PyObject *r = PyObject_Vectorcall(notify, nargs_, 2, NULL);
-                if (!r)
-                    goto error;
-                Py_DECREF(r);
-            }
-        }
-        /* index, error_code, base_offset, log_append_time_ms, log_start_offset,
-         * record_errors, error_message, current_leader */
-        PyObject *record_errors = PyList_New(0);
-        if (!record_errors)
-            goto error;
-        PyObject *fields[8] = {partition, zero, PyTuple_GET_ITEM(info, 0), PyTuple_GET_ITEM(info, 2),
-                               PyTuple_GET_ITEM(info, 3), record_errors, Py_None, no_leader};
-        answer = PyObject_Vectorcall(new_answer, fields, 8, NULL);
-        Py_DECREF(record_errors);
-        if (!answer || PyList_Append(results, answer) < 0)
-            goto error;
-        Py_DECREF(answer);
-        Py_DECREF(info);
-        Py_DECREF(va);
-        Py_DECREF(epoch);
-        Py_DECREF(epochs);
-        Py_DECREF(lat);
-        Py_DECREF(leo);
-        Py_DECREF(rules);
-        Py_DECREF(log);
-        continue;
-
-    raised: {
-        PyObject *stop = stopped_by(i);
-        Py_XDECREF(va);
-        Py_XDECREF(epoch);
-        Py_XDECREF(epochs);
-        Py_XDECREF(lat);
-        Py_XDECREF(leo);
-        Py_XDECREF(rules);
-        Py_DECREF(log);
-        return stop;
-    }
-    not_taken:
-        Py_XDECREF(va);
-        Py_XDECREF(epoch);
-        Py_XDECREF(epochs);
-        Py_XDECREF(lat);
-        Py_XDECREF(leo);
-        Py_XDECREF(rules);
-        Py_DECREF(log);
-        break;
-    error:
-        Py_XDECREF(answer);
-        Py_XDECREF(info);
-        Py_XDECREF(va);
-        Py_XDECREF(epoch);
-        Py_XDECREF(epochs);
-        Py_XDECREF(lat);
-        Py_XDECREF(leo);
-        Py_XDECREF(rules);
-        Py_DECREF(log);
-        return NULL;
     }
     return PyLong_FromSsize_t(i);
 }
