@@ -25,8 +25,9 @@ def keep_signal_handlers():
 
 def _fake_server(stop_seconds: float, calls: list):
     class FakeServer:
-        def __init__(self, config):
+        def __init__(self, config, settle_heap=False):  # BrokerServer's signature
             self.config = config
+            self.settle_heap = settle_heap
 
         async def start(self):
             calls.append("start")
