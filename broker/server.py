@@ -351,7 +351,8 @@ class BrokerServer:
             more.clear()
             while lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
                 await asyncio.sleep(0)
-            if self.settle_heap:  # started, or a large topic made: what the broker is made of, settled
+            if self.settle_heap:  # started and loaded: what the broker is made of, settled once
+                self.settle_heap = False
                 settle_heap()
             await more.wait()
 
@@ -459,15 +460,17 @@ _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 def settle_heap() -> int:
     """Move every object the cyclic garbage collector tracks now out of its reach
-    (``gc.freeze``); returns how many. Called when the broker has started and its
-    partitions are loaded (and again when a large topic's partitions are made): what is
-    there then is what the broker is made of (modules, schemas, codec plans, every
-    partition's log, segments and indexes) and lives as long as it does. Without this,
-    each full collection walked all of it on the event loop: 30-45 ms for a broker of a
-    few partitions (measured), longer with thousands, whenever enough objects had
-    outlived the younger generations. Objects made later are collected as before. An object frozen here that
-    later becomes part of an unreachable cycle (a deleted topic's log) is freed by
-    reference counting if it can be, else kept: never more than this heap once."""
+    (``gc.freeze``); returns how many. Called once, when the broker has started and its
+    partitions are loaded: what is there then is what the broker is made of (modules,
+    schemas, codec plans, every partition's log, segments and indexes) and lives as long
+    as it does. Without this, each full collection walked all of it on the event loop:
+    30-45 ms for a broker of a few partitions (measured), longer with thousands, whenever
+    enough objects had outlived the younger generations. Objects made later are
+    collected as before. A frozen object that later becomes garbage is still freed by
+    reference counting (a deleted topic's logs, segments and indexes are: no cycles); one
+    left in a cycle is kept, and only objects of this one moment can be: bounded. Once,
+    not again after a large topic is made, because a later freeze would also hold the
+    connections and requests alive at that moment."""
     before = gc.get_freeze_count()
     gc.freeze()
     moved = gc.get_freeze_count() - before
