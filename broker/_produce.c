@@ -5,17 +5,17 @@
  * count it for the metrics, tell the fetch waiters, make its answer), in one call for a
  * run of partitions instead of about eight Python frames per partition.
  *
- * Owns no format and no rule of its own: validation is storage.validator.validate_common
- * (protocol/_recwalk.c), the append storage/_append.c's append_one or else
- * Log._append, the answer the generated PartitionProduceResponse._new; every one of them
- * is handed over by setup() and called here as the Python code calls it. At the first
+ * Owns no format and no rule of its own: the append is Log.append_produced's compiled body
+ * (storage/_append.c append_produced: validation, then the append), the answer the
+ * generated PartitionProduceResponse._new; each is handed over by setup() and called here
+ * as the Python code calls it. At the first
  * partition that is not this case (no log, an internal topic, records the validator
  * does not take, anything the caller replaced the records with) it stops and returns
  * that partition's position: the handler's Python path takes it, and names any problem,
  * then may call run() again for the rest. The tests run the same requests through both
  * and compare answers, files, offsets and metrics.
  *
- *   setup(validate, append_one, new_answer, no_leader, log_type, internal_topics, on_duplicate)
+ *   setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate)
  *       once, from broker.handlers.produce at import
  *   run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception)
  *       ``logs``: the log manager's {(topic, partition): Log}; ``items``: the request's
@@ -30,52 +30,25 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
 #define V2_HEADER 61        /* a v2 batch header's bytes */
 #define MAGIC_POS 16        /* the magic byte */
 #define ATTR_LOW 22         /* the attributes' low byte (big-endian int16 at 21) */
 #define TRANSACTIONAL 0x10  /* in that byte */
 
-static PyObject *validate_fn, *append_one_fn, *new_answer, *no_leader, *log_type, *internal_topics, *on_duplicate;
-static PyObject *s_latest_epoch, *s_append, *zero, *one;
-
-/* the offsets of the Log fields read here (__slots__ fields, storage/log.py), from their
- * member descriptors: read there directly, a few instructions instead of an attribute
- * lookup through the type */
-static Py_ssize_t o_closed, o_rules, o_leo, o_lat, o_epochs;
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-
-static int slot_offset(PyObject *cls, const char *name, Py_ssize_t *out) {
-    PyObject *d = PyObject_GetAttrString(cls, name);
-    if (!d)
-        return -1;
-    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-    if (ok)
-        *out = ((PyMemberDescrObject *)d)->d_member->offset;
-    else
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ field", ((PyTypeObject *)cls)->tp_name, name);
-    Py_DECREF(d);
-    return ok ? 0 : -1;
-}
+static PyObject *append_produced, *new_answer, *no_leader, *internal_topics, *on_duplicate, *zero, *one;
 
 static PyObject *pr_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyType_Check(args[4]) || !PyAnySet_Check(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "setup(validate, append_one, new_answer, no_leader, log_type, "
-                                         "internal_topics, on_duplicate): log_type a class, internal_topics a set");
+    if (nargs != 5 || !PyAnySet_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "setup(append_produced, new_answer, no_leader, internal_topics, "
+                                         "on_duplicate): internal_topics a set");
         return NULL;
     }
-    if (slot_offset(args[4], "_closed", &o_closed) < 0 || slot_offset(args[4], "_validation_rules", &o_rules) < 0
-        || slot_offset(args[4], "_leo", &o_leo) < 0 || slot_offset(args[4], "_last_append_time_ms", &o_lat) < 0
-        || slot_offset(args[4], "_epochs", &o_epochs) < 0)
-        return NULL;
-    Py_XSETREF(validate_fn, Py_NewRef(args[0]));
-    Py_XSETREF(append_one_fn, Py_NewRef(args[1]));
-    Py_XSETREF(new_answer, Py_NewRef(args[2]));
-    Py_XSETREF(no_leader, Py_NewRef(args[3]));
-    Py_XSETREF(log_type, Py_NewRef(args[4]));
-    Py_XSETREF(internal_topics, Py_NewRef(args[5]));
-    Py_XSETREF(on_duplicate, Py_NewRef(args[6]));
+    Py_XSETREF(append_produced, Py_NewRef(args[0]));
+    Py_XSETREF(new_answer, Py_NewRef(args[1]));
+    Py_XSETREF(no_leader, Py_NewRef(args[2]));
+    Py_XSETREF(internal_topics, Py_NewRef(args[3]));
+    Py_XSETREF(on_duplicate, Py_NewRef(args[4]));
     Py_RETURN_NONE;
 }
 
@@ -201,37 +174,16 @@ static int take(PyObject *logs, PyObject *item, PyObject *now_obj, PyObject *res
     Py_DECREF(key);
     if (!log)  /* not here (or not loaded yet): LogManager.get_log */
         return PyErr_Occurred() ? FAILED : NOT_TAKEN;
-    if ((PyObject *)Py_TYPE(log) != log_type || SLOT(log, o_closed) != Py_False)
-        return NOT_TAKEN;  /* closed (or a field unset): Log.append_produced says so */
 
-    /* Log.append_produced: validate_common, then append_one or Log._append (the log and
-     * the fields held while the calls run Python code) */
+    /* Log.append_produced (None: not its case, nothing done) */
     int status = FAILED;
-    PyObject *rules = Py_XNewRef(SLOT(log, o_rules)), *leo = Py_XNewRef(SLOT(log, o_leo)),
-             *lat = Py_XNewRef(SLOT(log, o_lat)), *epochs = Py_XNewRef(SLOT(log, o_epochs)), *epoch = NULL,
-             *va = NULL, *info = NULL, *answer = NULL, *record_errors = NULL;
-    Py_INCREF(log);
-    if (!rules || !leo || !lat || !epochs) {
+    PyObject *info = NULL, *answer = NULL, *record_errors = NULL;
+    Py_INCREF(log);  /* held while the append runs Python code */
+    PyObject *aargs[4] = {log, records, now_obj, one};
+    info = PyObject_Vectorcall(append_produced, aargs, 4, NULL);
+    if (info == Py_None) {
         status = NOT_TAKEN;
         goto done;
-    }
-    if (!(epoch = PyObject_GetAttr(epochs, s_latest_epoch)))
-        goto done;
-    PyObject *vargs[7] = {records, rules, now_obj, leo, lat, epoch, one};
-    if (!(va = PyObject_Vectorcall(validate_fn, vargs, 7, NULL))) {
-        status = RAISED;
-        goto done;
-    }
-    if (va == Py_None) {
-        status = NOT_TAKEN;
-        goto done;
-    }
-    PyObject *aargs[3] = {log, va, now_obj};
-    info = PyObject_Vectorcall(append_one_fn, aargs, 3, NULL);
-    if (info == Py_None) {  /* not append_one's case: Log._append takes it */
-        Py_DECREF(info);
-        PyObject *margs[4] = {log, va, now_obj, Py_False};
-        info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
     if (!info) {
         status = RAISED;
@@ -276,12 +228,6 @@ done:
     Py_XDECREF(record_errors);
     Py_XDECREF(answer);
     Py_XDECREF(info);
-    Py_XDECREF(va);
-    Py_XDECREF(epoch);
-    Py_XDECREF(epochs);
-    Py_XDECREF(lat);
-    Py_XDECREF(leo);
-    Py_XDECREF(rules);
     Py_DECREF(log);
     return status;
 }
@@ -291,7 +237,7 @@ static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "run(logs, items, start, now_ms, results, tally, notify)");
         return NULL;
     }
-    if (!validate_fn) {
+    if (!append_produced) {
         PyErr_SetString(PyExc_RuntimeError, "broker._produce.setup() was not called");
         return NULL;
     }
@@ -322,7 +268,7 @@ static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))pr_setup, METH_FASTCALL,
-     "setup(validate, append_one, new_answer, no_leader, log_type, internal_topics, on_duplicate)"},
+     "setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate)"},
     {"run", (PyCFunction)(void (*)(void))pr_run, METH_FASTCALL,
      "run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception): the common case of "
      "a run of a Produce v3+ request's partitions"},
@@ -332,9 +278,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__produce(void) {
-    if (!(s_latest_epoch = PyUnicode_InternFromString("latest_epoch"))
-        || !(s_append = PyUnicode_InternFromString("_append")) || !(zero = PyLong_FromLong(0))
-        || !(one = PyLong_FromLong(1)))
+    if (!(zero = PyLong_FromLong(0)) || !(one = PyLong_FromLong(1)))
         return NULL;
     return PyModule_Create(&module);
 }

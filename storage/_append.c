@@ -10,11 +10,17 @@
  * cases as those methods, which stay the reference: the tests drive the same appends
  * through both and compare every file and every field.
  *
- *   setup(append_info_type, log_type, segment_type, index_type, file_type, unknown)
+ *   setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, validate)
  *       once, from storage.log at import: AppendInfo; Log, LogSegment, AbstractIndex and
  *       _LogFile, whose fields' offsets it takes from their member descriptors; and
  *       storage.segment._UNKNOWN (a segment's first timestamp not known yet). The append
  *       marks its file used (``_recent``) as storage.open_files.OpenFiles.touch does.
+ *       ``validate``: storage.validator.validate_common (protocol/_recwalk.c)
+ *   append_produced(log, records, now_ms, max_batches) -> AppendInfo | None
+ *       Log.append_produced, all of it: None for a closed log or records validate_common
+ *       does not take (nothing done), else validated and appended by append_one, or by
+ *       Log._append when it is not append_one's case; raises what they raise. Log's
+ *       method and the produce handler's compiled loop (broker/_produce.c) both call it.
  *   append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None
  *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
  *       ``now_ms``: the append's clock reading; ``producer_checked``: the batch carries a
@@ -37,7 +43,7 @@
 #define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
 
 static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_type, *unknown_ts,
-    *s_flush, *s_map_end_offset;
+    *s_flush, *s_map_end_offset, *validate_fn, *s_latest_epoch, *s_append;
 
 /* Where each field lives in its object: the offset of the __slots__ field (a member
  * descriptor of type T_OBJECT_EX) of its class, found once by setup(). The fields are read
@@ -47,7 +53,7 @@ static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_
 static Py_ssize_t o_leo, o_hw, o_last_append_time_ms, o_recovery_point, o_append_limits, o_segments,
     o_producer_state, o_log_start_offset, o_size, o_bytes_since, o_index_interval_bytes, o_base_offset, o_rolling_ts,
     o_roll_jitter_ms, o_created_ms, o_offset_index, o_time_index, o_file, o_max_ts, o_max_ts_offset, o_entries,
-    o_max_entries, o_fd, o_recent;
+    o_max_entries, o_fd, o_recent, o_closed, o_rules, o_epochs;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -111,10 +117,10 @@ static int slot_offset(PyObject *cls, const char *name, Py_ssize_t *out) {
 }
 
 static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
+    if (nargs != 7 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)
         || !PyType_Check(args[1]) || !PyType_Check(args[2]) || !PyType_Check(args[3]) || !PyType_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "setup(append_info_type, log_type, segment_type, index_type, file_type, "
-                                         "unknown): a tuple subclass and four classes first");
+                                         "unknown, validate): a tuple subclass and four classes first");
         return NULL;
     }
     PyObject *log_cls = args[1], *seg_cls = args[2], *idx_cls = args[3], *file_cls = args[4];
@@ -131,6 +137,9 @@ static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
         {log_cls, "_segments", &o_segments},
         {log_cls, "_producer_state", &o_producer_state},
         {log_cls, "_log_start_offset", &o_log_start_offset},
+        {log_cls, "_closed", &o_closed},
+        {log_cls, "_validation_rules", &o_rules},
+        {log_cls, "_epochs", &o_epochs},
         {seg_cls, "_size", &o_size},
         {seg_cls, "_bytes_since_last_index_entry", &o_bytes_since},
         {seg_cls, "index_interval_bytes", &o_index_interval_bytes},
@@ -157,6 +166,7 @@ static PyObject *ap_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_XSETREF(index_type, Py_NewRef(idx_cls));
     Py_XSETREF(file_type, Py_NewRef(file_cls));
     Py_XSETREF(unknown_ts, Py_NewRef(args[5]));
+    Py_XSETREF(validate_fn, Py_NewRef(args[6]));
     Py_RETURN_NONE;
 }
 
@@ -329,13 +339,64 @@ not_this_case:
     Py_RETURN_NONE;
 }
 
+/* Log.append_produced: validate_common with the log's fields, then append_one, else
+ * Log._append (the log's fields held while the calls run Python code) */
+static PyObject *ap_append_produced(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "append_produced(log, records, now_ms, max_batches)");
+        return NULL;
+    }
+    if (!validate_fn) {
+        PyErr_SetString(PyExc_RuntimeError, "storage._append.setup() was not called");
+        return NULL;
+    }
+    PyObject *log = args[0], *now_obj = args[2];
+    if ((PyObject *)Py_TYPE(log) != log_type || SLOT(log, o_closed) != Py_False)
+        Py_RETURN_NONE;  /* closed (or a field unset) */
+    PyObject *rules = Py_XNewRef(SLOT(log, o_rules)), *leo = Py_XNewRef(SLOT(log, o_leo)),
+             *lat = Py_XNewRef(SLOT(log, o_last_append_time_ms)), *epochs = Py_XNewRef(SLOT(log, o_epochs)),
+             *epoch = NULL, *va = NULL, *info = NULL;
+    Py_INCREF(log);
+    if (!rules || !leo || !lat || !epochs) {
+        info = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!(epoch = PyObject_GetAttr(epochs, s_latest_epoch)))
+        goto done;
+    PyObject *vargs[7] = {args[1], rules, now_obj, leo, lat, epoch, args[3]};
+    if (!(va = PyObject_Vectorcall(validate_fn, vargs, 7, NULL)))
+        goto done;
+    if (va == Py_None) {
+        info = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *aargs[3] = {log, va, now_obj};
+    info = ap_append_one(self, aargs, 3);
+    if (info == Py_None) {  /* not append_one's case */
+        Py_DECREF(info);
+        PyObject *margs[4] = {log, va, now_obj, Py_False};
+        info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+done:
+    Py_XDECREF(va);
+    Py_XDECREF(epoch);
+    Py_XDECREF(epochs);
+    Py_XDECREF(lat);
+    Py_XDECREF(leo);
+    Py_XDECREF(rules);
+    Py_DECREF(log);
+    return info;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))ap_setup, METH_FASTCALL,
-     "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown): the classes whose "
-     "fields append_one reads and writes and what it returns"},
+     "setup(append_info_type, log_type, segment_type, index_type, file_type, unknown, validate): the classes "
+     "whose fields append_one reads and writes, what it returns and the validation append_produced calls"},
     {"append_one", (PyCFunction)(void (*)(void))ap_append_one, METH_FASTCALL,
      "append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None: Log._append's common one-batch "
      "case"},
+    {"append_produced", (PyCFunction)(void (*)(void))ap_append_produced, METH_FASTCALL,
+     "append_produced(log, records, now_ms, max_batches) -> AppendInfo | None: Log.append_produced"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -343,7 +404,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_append", NULL, -1, 
 
 PyMODINIT_FUNC PyInit__append(void) {
     if (!(s_flush = PyUnicode_InternFromString("flush"))
-        || !(s_map_end_offset = PyUnicode_InternFromString("map_end_offset")))
+        || !(s_map_end_offset = PyUnicode_InternFromString("map_end_offset"))
+        || !(s_latest_epoch = PyUnicode_InternFromString("latest_epoch"))
+        || !(s_append = PyUnicode_InternFromString("_append")))
         return NULL;
     return PyModule_Create(&module);
 }

@@ -134,6 +134,24 @@ try:  # storage/_append.c: Log._append's common one-batch case in one call (set 
 except ImportError:  # pragma: no cover - the normal install builds it
     _compiled_append = None
 _append_one = _append_one_not_compiled if _compiled_append is None else _compiled_append.append_one
+
+
+def _append_produced_not_compiled(log, records, now_ms: int, max_batches: int):
+    """:meth:`Log.append_produced` in Python: the reference of storage/_append.c's
+    ``append_produced``, and the way when it is not built."""
+    if log._closed:
+        return None
+    va = validate_common(records, log._validation_rules, now_ms, log._leo, log._last_append_time_ms,
+                         log._epochs.latest_epoch, max_batches)
+    if va is None:
+        return None
+    # one batch without a producer id into a segment needing no roll and no index
+    # entry: storage/_append.c does what _append does for it (None: not that case)
+    return _append_one(log, va, now_ms) or log._append(va, now_ms, False)
+
+
+#: Log.append_produced's body: storage/_append.c's, else the Python one above (set below Log)
+_append_produced = _append_produced_not_compiled
 #: whether storage/_append.c is built (the broker warns at start when it is not)
 APPEND_COMPILED = _compiled_append is not None
 
@@ -715,16 +733,11 @@ class Log:
         needing no roll and no index entry, by one more compiled call:
         ``storage/_append.c``). None when they are not that case, with nothing
         done: the caller then takes ``analyze_records`` and :meth:`append_analysis`, which
-        name any problem. Raises what append_validated raises."""
-        if self._closed:
-            return None
-        va = validate_common(records, self._validation_rules, now_ms, self._leo, self._last_append_time_ms,
-                             self._epochs.latest_epoch, max_batches)
-        if va is None:
-            return None
-        # one batch without a producer id into a segment needing no roll and no index
-        # entry: storage/_append.c does what _append does for it (None: not that case)
-        return _append_one(self, va, now_ms) or self._append(va, now_ms, False)
+        name any problem. Raises what append_validated raises. All of it is one compiled
+        call when storage/_append.c is built (``append_produced``, which the produce
+        handler's compiled loop calls too); ``_append_produced_not_compiled`` is its
+        reference."""
+        return _append_produced(self, records, now_ms, max_batches)
 
     def append_analysis(self, analysis, *, coordinator: bool = False) -> AppendInfo:
         """Append a completed ``storage.validator.Analysis``: offsets from the log end,
@@ -1247,4 +1260,8 @@ def _unlink(path: str) -> None:
 
 
 if _compiled_append is not None:
-    _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN)
+    _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN, validate_common)
+    _append_produced = _compiled_append.append_produced
+#: Log.append_produced's compiled body, ``fn(log, records, now_ms, max_batches)`` (None
+#: when storage/_append.c is not built): the produce handler's compiled loop calls it
+compiled_append_produced = _compiled_append.append_produced if _compiled_append is not None else None

@@ -41,8 +41,8 @@ from broker.security import authorizer as A
 from broker.errors import error_code_for
 from broker.metrics import batch_max_timestamps
 from storage import errors as se
-from storage.log import APPEND_COMPILED, Log
-from storage.validator import NO_KEY_MESSAGE, analyze_records, validate_common
+from storage.log import compiled_append_produced
+from storage.validator import NO_KEY_MESSAGE, analyze_records
 from storage.log_manager import INTERNAL_TOPICS
 
 try:  # the per-partition loop's common case, compiled (broker/_produce.c)
@@ -386,9 +386,7 @@ _HEADER_SIZE, _MAGIC_OFFSET, _TXN_ATTR_BYTE, _TXN_MASK = (
 #: broker/_produce.c's run, set up with what it calls; None when it is not built, or when
 #: the steps it calls are not compiled either (then it would save little)
 RUN = None
-if _produce is not None and APPEND_COMPILED and record_walk.COMPILED:
-    from storage._append import append_one as _compiled_append_one
-
-    _produce.setup(validate_common, _compiled_append_one, _new_partition_response, _NO_LEADER_HINT, Log,
-                   frozenset(INTERNAL_TOPICS), _duplicate)
+if _produce is not None and compiled_append_produced is not None and record_walk.COMPILED:
+    _produce.setup(compiled_append_produced, _new_partition_response, _NO_LEADER_HINT, frozenset(INTERNAL_TOPICS),
+                   _duplicate)
     RUN = _produce.run

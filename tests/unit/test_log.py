@@ -560,14 +560,16 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
     and forward, rolls by segment.bytes, segment.ms (with segment.jitter.ms) and full
     indexes, flushes by flush.messages, multi-batch appends, idempotent producers' batches
     (written by it once Log._append has checked them, the producer state compared too)
-    and a released segment file descriptor (the open-files LRU's eviction) in between."""
+    and a released segment file descriptor (the open-files LRU's eviction) in between.
+    And storage/_append.c's append_produced (Log.append_produced in one call, which the
+    produce handler's compiled loop calls too) leaves the same as Python's."""
     from storage import log as log_mod
 
     assert log_mod._compiled_append is not None, "storage/_append.c is not built (make venv builds it)"
     compiled = log_mod._append_one
     segment_bytes, segment_ms, index_bytes, steps = _ROLLS[rolls]
 
-    def run(name, use_compiled):
+    def run(name, use_compiled, whole=False):
         rng = random.Random(seed)
         clock = ManualClock(1_700_000_000_000)
         # segment.jitter.ms: each segment's roll jitter drawn from the same seeded rng in both runs
@@ -576,14 +578,18 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
             segment_index_bytes=index_bytes, index_interval_bytes=300, flush_messages=25,
             message_timestamp_type=timestamp_type), clock, rng=random.Random(seed))
         taken = []
-        if use_compiled:
-            def counting(lg, va, now_ms, producer_checked=False):
-                info = compiled(lg, va, now_ms, producer_checked)
-                taken.append((info is not None, producer_checked))
-                return info
-            monkeypatch.setattr(log_mod, "_append_one", counting)
-        else:
-            monkeypatch.setattr(log_mod, "_append_one", log_mod._append_one_not_compiled)
+        if whole:  # storage/_append.c's append_produced, all of it
+            assert log_mod._append_produced is log_mod._compiled_append.append_produced
+        else:  # append_produced's Python body, which calls _append_one, switched here
+            monkeypatch.setattr(log_mod, "_append_produced", log_mod._append_produced_not_compiled)
+            if use_compiled:
+                def counting(lg, va, now_ms, producer_checked=False):
+                    info = compiled(lg, va, now_ms, producer_checked)
+                    taken.append((info is not None, producer_checked))
+                    return info
+                monkeypatch.setattr(log_mod, "_append_one", counting)
+            else:
+                monkeypatch.setattr(log_mod, "_append_one", log_mod._append_one_not_compiled)
         answers = []
         for batches in _random_appends(rng, clock, steps):
             if rng.random() < 0.05:
@@ -598,7 +604,8 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
 
     fast, n_fast, taken = run("fast-0", True)
     slow, n_slow, _ = run("slow-0", False)
-    assert fast == slow
+    whole, n_whole, _ = run("whole-0", True, whole=True)
+    assert fast == slow == whole and n_whole == n_slow
     assert n_fast == n_slow > 5  # rolls happened
     # the compiled path took most, idempotent batches (checked first) too, the Python path the rest
     assert sum(t for t, _ in taken) > 100 and not all(t for t, _ in taken)
