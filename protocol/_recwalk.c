@@ -1225,6 +1225,67 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ batch search */
+
+/* find_batch(buf, position, end, offset): the search of LogSegment.translate_offset over
+ * one chunk of a segment file.  ``buf`` holds the file's bytes from ``position``; the
+ * segment ends at ``end``.  Walks whole v2 batches from the start of ``buf`` and returns
+ * (last offset, position, size) of the first whose last offset >= ``offset``; an int, the
+ * file position to read the next chunk from, when the next header is not whole in
+ * ``buf``; None where the walk stops: a header past ``end``, a magic other than 2, a
+ * batchLength below 49, a batch past ``end``.  Reference: record_walk.py_find_batch. */
+static PyObject *find_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "find_batch(buf, position, end, offset) takes 4 arguments");
+        return NULL;
+    }
+    long long position = PyLong_AsLongLong(args[1]);
+    long long end = PyLong_AsLongLong(args[2]);
+    long long target = PyLong_AsLongLong(args[3]);
+    if ((position == -1 || end == -1 || target == -1) && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t n = view.len, rel = 0;
+    PyObject *result = NULL;
+    for (;;) {
+        long long pos = position + rel;
+        if (pos + 61 > end)
+            break;
+        if (rel + 61 > n) {
+            result = PyLong_FromLongLong(pos);
+            goto done;
+        }
+        const uint8_t *h = b + rel;
+        int32_t length = be32(h + 8);
+        if (h[16] != 2 || length < 49)
+            break;
+        long long size = (long long)length + 12;
+        if (pos + size > end)
+            break;
+        __int128 last = (__int128)be64(h) + be32(h + 23);  /* exact, as Python adds them */
+        if (last >= target) {
+            if (last > INT64_MAX || last < INT64_MIN) {
+                PyObject *base = PyLong_FromLongLong(be64(h)), *delta = PyLong_FromLong(be32(h + 23));
+                PyObject *sum = base && delta ? PyNumber_Add(base, delta) : NULL;
+                Py_XDECREF(base);
+                Py_XDECREF(delta);
+                result = sum ? Py_BuildValue("(NLL)", sum, pos, size) : NULL;
+            } else {
+                result = Py_BuildValue("(LLL)", (long long)last, pos, size);
+            }
+            goto done;
+        }
+        rel += (Py_ssize_t)size;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"scan_v2", (PyCFunction)(void (*)(void))scan_v2, METH_FASTCALL,
      "scan_v2(buf, rules, now, header_type, crc32c) -> (spans, fixes, maxes) or None "
@@ -1238,6 +1299,9 @@ static PyMethodDef module_methods[] = {
      "max_batches=16) -> result_type(...) as assign_v2, or None (see storage/validator.py)."},
     {"validate_v2_setup", (PyCFunction)(void (*)(void))validate_v2_setup, METH_FASTCALL,
      "validate_v2_setup(crc32c, info_type, result_type): what validate_v2 uses and returns."},
+    {"find_batch", (PyCFunction)(void (*)(void))find_batch, METH_FASTCALL,
+     "find_batch(buf, position, end, offset) -> (last_offset, position, size), the next position to read "
+     "from, or None (see storage/segment.py LogSegment.translate_offset)."},
     {"crc32c_small", crc32c_small, METH_O,
      "crc32c_small(data) -> int: the CRC-32C scan_v2 and assign_v2 use below 2 KiB (for the tests)."},
     {"crc32c_table", crc32c_table, METH_O,

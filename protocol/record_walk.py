@@ -219,14 +219,44 @@ class PyRecordWalker:
         return self._max, self._index_of_max, self._deltas_ok, self._bad, self._nulls
 
 
+def py_find_batch(buf, position: int, end: int, offset: int):
+    """The search of ``LogSegment.translate_offset`` over one chunk of a segment file (the
+    reference of the compiled ``find_batch``). ``buf`` holds the file's bytes from
+    ``position``; the segment ends at ``end``. Walks whole v2 batches from the start of
+    ``buf``: ``(last offset, position, size)`` of the first whose last offset >= ``offset``;
+    an int, the file position to read on from, when the next header is not whole in
+    ``buf``; None where the walk stops (a header or batch past ``end``, a magic other than
+    2, a batchLength below 49)."""
+    n = len(buf)
+    rel = 0
+    while True:
+        pos = position + rel
+        if pos + 61 > end:
+            return None
+        if rel + 61 > n:
+            return pos
+        length = int.from_bytes(buf[rel + 8:rel + 12], "big", signed=True)
+        if buf[rel + 16] != 2 or length < 49:
+            return None
+        size = length + 12
+        if pos + size > end:
+            return None
+        last = int.from_bytes(buf[rel:rel + 8], "big", signed=True) + \
+            int.from_bytes(buf[rel + 23:rel + 27], "big", signed=True)
+        if last >= offset:
+            return last, pos, size
+        rel += size
+
+
 try:
     from protocol._recwalk import (  # type: ignore[attr-defined]
-        RecordWalker, WalkError, assign_v2, scan_v2, validate_v2, validate_v2_setup)
+        RecordWalker, WalkError, assign_v2, find_batch, scan_v2, validate_v2, validate_v2_setup)
 
     COMPILED = True
 except ImportError:  # no C compiler at install time: the reference serves
     RecordWalker = PyRecordWalker  # type: ignore[misc]
     WalkError = PyWalkError  # type: ignore[misc]
+    find_batch = py_find_batch
     #: the validator's one-call path for plain batches (storage/validator.py); without
     #: the compiled module the validator's own steps serve every batch
     scan_v2 = assign_v2 = validate_v2 = validate_v2_setup = None

@@ -29,6 +29,7 @@ from storage.open_files import OPEN_FILES
 from storage.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
 from storage.transaction_index import TransactionIndex
 
+from protocol import record_walk as _record_walk
 from protocol import records as _records
 
 __all__ = [
@@ -100,6 +101,7 @@ def _parse_header(buf, pos: int):
 
 
 _verify_crc = _records.verify_crc
+_find_batch = _record_walk.find_batch
 _first_at_or_after = _records.first_record_at_or_after
 
 
@@ -392,12 +394,21 @@ class LogSegment:
         return FileSlice(self._file, position, length).read()
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
-        """Position and size of the first batch whose last offset >= ``offset``."""
-        mapping = self.offset_index.lookup(offset)
-        for pos, hdr in self.iter_batch_headers(max(mapping.position, starting_position)):
-            if hdr.base_offset + hdr.last_offset_delta >= offset:
-                return LogOffsetPosition(hdr.base_offset + hdr.last_offset_delta, pos,
-                                         hdr.batch_length + LOG_OVERHEAD)
+        """Position and size of the first batch whose last offset >= ``offset``: from the
+        index entry at or below it, the batch headers are walked a chunk at a time by
+        ``record_walk.find_batch`` (compiled; a fetch at the log's tail walks up to
+        ``index.interval.bytes`` of small batches). Stops quietly where iter_batch_headers
+        stops (a partial batch, a non-v2 magic or an impossible length)."""
+        pos = max(self.offset_index.lookup(offset).position, starting_position)
+        end = self._size
+        file = self._file
+        while pos + HEADER_SIZE <= end:
+            found = _find_batch(os.pread(file.fileno(), min(_SCAN_CHUNK, end - pos), pos), pos, end, offset)
+            if type(found) is tuple:
+                return LogOffsetPosition(*found)
+            if found is None or found <= pos:  # (a file shorter than its size: nothing more to read)
+                return None
+            pos = found
         return None
 
     # ------------------------------------------------------------------ read

@@ -191,3 +191,68 @@ def test_walk_agrees_with_the_full_decoder(recs):
         real_max = max([r.timestamp for r in decoded if r.timestamp > -1], default=-1)
         if all(-(2**63) <= h.base_timestamp + d <= 2**63 - 1 for d in (r.timestamp - h.base_timestamp for r in decoded)):
             assert got[1][0] == real_max
+
+
+# ----------------------------------------------------------------------------- find_batch
+def _headers(rng, n, base=0):
+    """n v2 batch headers with bodies of random size (the search reads headers only)."""
+    out = bytearray()
+    off = base
+    for _ in range(n):
+        lod = rng.randint(0, 5)
+        body = rng.randint(0, 90)
+        out += off.to_bytes(8, "big", signed=True) + (49 + body).to_bytes(4, "big")
+        out += bytes(4) + b"\x02" + bytes(6) + lod.to_bytes(4, "big") + bytes(34) + bytes(body)
+        off += lod + 1
+    return bytes(out), off
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_find_batch_compiled_matches_reference(seed):
+    import random
+
+    rng = random.Random(seed)
+    data, end_offset = _headers(rng, rng.randint(0, 30), base=rng.choice([0, 7, (1 << 63) - 200]))
+    data = bytearray(data)
+    for _ in range(rng.randint(0, 3)):  # a stray byte: magic, length, offset or body
+        if data:
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    for _ in range(60):
+        lo = rng.randint(0, len(data))
+        hi = rng.randint(lo, len(data))
+        position = rng.randint(0, 1000)
+        end = position + rng.choice([hi - lo, len(data) - lo, rng.randint(0, len(data) + 100)])
+        offset = rng.randint(-5, end_offset + 5) if rng.random() < 0.9 else rng.choice([(1 << 63) - 1, -(1 << 63)])
+        offset = min(offset, (1 << 63) - 1)  # an int64, as on the wire
+        chunk = bytes(data[lo:hi])
+        assert W.find_batch(chunk, position, end, offset) == W.py_find_batch(chunk, position, end, offset)
+
+
+def test_find_batch_rules():
+    import random
+
+    data, _ = _headers(random.Random(1), 3)
+    sizes, at = [], 0
+    while at < len(data):
+        sizes.append(int.from_bytes(data[at + 8:at + 12], "big") + 12)
+        at += sizes[-1]
+    last0 = int.from_bytes(data[23:27], "big")
+    for find in (W.find_batch, W.py_find_batch):
+        assert find(data, 100, 100 + len(data), 0) == (last0, 100, sizes[0])
+        assert find(data, 100, 100 + len(data), last0 + 1) == (last0 + 1 + int.from_bytes(
+            data[sizes[0] + 23:sizes[0] + 27], "big"), 100 + sizes[0], sizes[1])
+        assert find(data, 0, len(data), 10**6) is None                 # past the last batch
+        assert find(data[:sizes[0] + 30], 0, len(data), 10**6) == sizes[0]  # next header not whole: read on
+        assert find(data, 0, len(data) - 1, 10**6) is None              # the last batch passes the end
+        bad = bytearray(data)
+        bad[16] = 1
+        assert find(bytes(bad), 0, len(data), 0) is None                 # magic 1
+        bad = bytearray(data)
+        bad[8:12] = (48).to_bytes(4, "big")
+        assert find(bytes(bad), 0, len(data), 0) is None                 # batchLength below 49
+    # a last offset past the int64 range (a corrupt header) is added exactly, as Python adds
+    top = ((1 << 63) - 1).to_bytes(8, "big") + data[8:23] + (5).to_bytes(4, "big") + data[27:sizes[0]]
+    for find in (W.find_batch, W.py_find_batch):
+        assert find(top, 0, len(top), (1 << 63) - 1) == ((1 << 63) + 4, 0, sizes[0])
+    with pytest.raises(TypeError):
+        W.find_batch(data, 0, 1)

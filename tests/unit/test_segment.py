@@ -384,3 +384,30 @@ def test_find_inside_batches_of_every_codec_and_log_append_time(tmp_path, codec)
     got = parse_batches(sl.read())
     assert got[0][:2] == (3, 4)
     seg.close()
+
+
+@pytest.mark.parametrize("chunk", [61, 100, 333, 64 * 1024])
+def test_translate_offset_across_read_chunks(tmp_path, monkeypatch, chunk):
+    """translate_offset reads the file a chunk at a time (record_walk.find_batch): a batch
+    larger than the chunk, a header cut by a chunk's end and a torn tail answer as the
+    batch headers say."""
+    import storage.segment as S
+
+    monkeypatch.setattr(S, "_SCAN_CHUNK", chunk)
+    seg = open_segment(tmp_path, interval=10**6)  # one index entry: every search walks from 0
+    oracle, nxt = fill(seg, random.Random(3), 25)
+    headers = list(seg.iter_batch_headers(0))
+    for off in range(-1, nxt + 2):
+        want = next(((h.last_offset, pos, h.size) for pos, h in headers if h.last_offset >= off), None)
+        assert seg.translate_offset(off) == want, off
+        if want is not None:
+            assert seg.translate_offset(off, starting_position=want[1]) == want
+    # a torn tail: the last batch's header survives, its body does not
+    last_pos = headers[-1][0]
+    with open(seg.log_path, "r+b") as fh:
+        fh.truncate(last_pos + 70)
+    seg._size = last_pos + 70
+    assert seg.translate_offset(headers[-1][1].base_offset) is None
+    assert seg.translate_offset(headers[-2][1].last_offset) == (headers[-2][1].last_offset, headers[-2][0],
+                                                                headers[-2][1].size)
+    seg.close()
