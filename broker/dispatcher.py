@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from functools import partial
 from time import perf_counter
 from typing import Any, Callable
 
@@ -230,9 +231,15 @@ class Dispatcher:
             return self._error_response(conn, header, request, exc)
         quotas = self.ctx.client_quotas
         throttled = quotas is not None and quotas.enforcing
-        if result is not None and not isinstance(result, KafkaStruct) and inspect.isawaitable(result):
-            return self._finish_async(conn, header, request, result, started,
-                                      (len(frame), perf_counter() - started) if throttled else None)
+        if result is not None and not isinstance(result, KafkaStruct):
+            if isinstance(result, asyncio.Future) and not throttled:
+                # a handler's future (a parked Fetch): answered by a callback, no task
+                answer = result.get_loop().create_future()
+                result.add_done_callback(partial(self._future_done, conn, header, request, started, answer))
+                return answer
+            if inspect.isawaitable(result):
+                return self._finish_async(conn, header, request, result, started,
+                                          (len(frame), perf_counter() - started) if throttled else None)
         throttle_ms = 0
         if throttled:
             result, throttle_ms = self._throttle(conn, header, request, result, len(frame), perf_counter() - started)
@@ -318,29 +325,49 @@ class Dispatcher:
         """``throttle``: (request bytes, handler seconds before the first wait) when
         client quotas are enforced; the time spent waiting (a Fetch long poll) is not
         the client's request time."""
-        metrics = self.metrics
         try:
             response = await awaitable
         except Exception as exc:
-            if metrics is not None:
-                metrics.request_failed(header.api_key, perf_counter() - started)
-            return self._error_response(conn, header, request, exc)
+            return self._failed(conn, header, request, exc, started)
         throttle_ms = 0
         if throttle is not None:
             response, throttle_ms = self._throttle(conn, header, request, response, *throttle)
-        if response is None:
-            if metrics is not None:
-                metrics.request_done(header.api_key, None, perf_counter() - started)
-            if throttle_ms:
-                await self._throttled(conn, None, throttle_ms)
-            return None
-        encoded = codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
-        if metrics is not None:
-            metrics.request_done(header.api_key, response, perf_counter() - started)
+        encoded = self._answer(header, response, started)
         if throttle_ms:
             await self._throttled(conn, encoded, throttle_ms)
             return None
         return encoded
+
+    def _future_done(self, conn, header, request, started: float, answer: asyncio.Future,
+                     future: asyncio.Future) -> None:
+        """A handler's future is done: ``answer`` (what the connection waits on) gets the
+        encoded response, as ``_finish_async`` would return it without quotas."""
+        if answer.done():
+            return
+        if future.cancelled():
+            answer.cancel()
+            return
+        exc = future.exception()
+        answer.set_result(self._failed(conn, header, request, exc, started) if exc is not None
+                          else self._answer(header, future.result(), started))
+
+    def _answer(self, header, response, started: float):
+        """The encoded response (None for none) of a request handled since ``started``,
+        counted in the request metrics."""
+        metrics = self.metrics
+        if response is None:
+            if metrics is not None:
+                metrics.request_done(header.api_key, None, perf_counter() - started)
+            return None
+        encoded = codec.encode_response(header.api_key, header.api_version, header.correlation_id, response)
+        if metrics is not None:
+            metrics.request_done(header.api_key, response, perf_counter() - started)
+        return encoded
+
+    def _failed(self, conn, header, request, exc: Exception, started: float):
+        if self.metrics is not None:
+            self.metrics.request_failed(header.api_key, perf_counter() - started)
+        return self._error_response(conn, header, request, exc)
 
     def _unsupported_api_versions(self, header):
         from protocol.messages import ApiVersionsResponse

@@ -235,9 +235,7 @@ def handle(ctx, header, request, session=None):
             ctx.metrics.fetched(response)
         return response
     keys = [(t.topic, p.partition) for t in allowed for p in t.partitions]
-    if ctx.metrics is not None:
-        return _counted(ctx.metrics, _long_poll(ctx, version, request, keys, denied))
-    return _long_poll(ctx, version, request, keys, denied)
+    return _ParkedFetch(ctx, version, request, keys, denied).future
 
 
 def _cap_to_quota(ctx, header, request, session) -> None:
@@ -255,22 +253,55 @@ def _cap_to_quota(ctx, header, request, session) -> None:
         request.min_bytes = min(request.min_bytes, request.max_bytes)
 
 
-async def _counted(metrics, long_poll):
-    response = await long_poll
-    metrics.fetched(response)
-    return response
+class _ParkedFetch:
+    """A fetch parked in the long poll, without a task or coroutine (one per request of a
+    consumer at the log's end, so its cost is on every record it waits for).
 
+    Its ``future`` is what the handler returns: the response when an append to one of
+    ``keys`` (told by ``BrokerContext.notify_append``, which sees it as a waiter: ``done``,
+    ``set_result``) brings ``min_bytes``, or a read fails, or the broker shuts down, or
+    ``max_wait_ms`` runs out. An exception of a read is the future's exception (answered
+    UNKNOWN_SERVER_ERROR by the dispatcher, as any handler's)."""
 
-async def _long_poll(ctx, version, request, keys, denied=frozenset()):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + request.max_wait_ms / 1000.0
-    while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        await ctx.appended(keys, remaining)
-        response, total, had_error = _read_all(ctx, version, request, denied)
-        if total >= request.min_bytes or had_error or getattr(ctx, "shutting_down", False):
-            return response  # (shutting down: answer with what there is, server.stop)
-    response, _, _ = _read_all(ctx, version, request, denied)
-    return response
+    __slots__ = ("ctx", "version", "request", "keys", "denied", "loop", "deadline", "future", "timer", "woken")
+
+    def __init__(self, ctx, version, request, keys, denied):
+        self.ctx, self.version, self.request, self.keys, self.denied = ctx, version, request, keys, denied
+        loop = self.loop = asyncio.get_running_loop()
+        self.deadline = loop.time() + request.max_wait_ms / 1000.0
+        self.future = loop.create_future()
+        self.woken = False
+        self.timer = loop.call_at(self.deadline, self._read, True)
+        ctx.wait_for_append(keys, self)
+
+    # -- a waiter of BrokerContext.notify_append
+    def done(self) -> bool:
+        return self.woken
+
+    def set_result(self, _value) -> None:
+        """Woken: read once the handler that appended is done (its other partitions too)."""
+        if not self.woken:
+            self.woken = True
+            self.loop.call_soon(self._read)
+
+    def _read(self, expired: bool = False) -> None:
+        self.timer.cancel()
+        self.ctx.forget_waiter(self.keys, self)
+        future = self.future
+        if future.done():  # cancelled (the connection's request dropped)
+            return
+        ctx = self.ctx
+        try:
+            response, total, had_error = _read_all(ctx, self.version, self.request, self.denied)
+            if (total < self.request.min_bytes and not had_error and not getattr(ctx, "shutting_down", False)
+                    and not expired and self.loop.time() < self.deadline):
+                self.woken = False  # not enough yet: park again until the same deadline
+                self.timer = self.loop.call_at(self.deadline, self._read, True)
+                ctx.wait_for_append(self.keys, self)
+                return
+            if ctx.metrics is not None:  # bytes out and fetch requests per topic
+                ctx.metrics.fetched(response)
+        except Exception as exc:
+            future.set_exception(exc)
+            return
+        future.set_result(response)
