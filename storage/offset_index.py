@@ -29,7 +29,7 @@ class OffsetPosition(NamedTuple):
 
 
 class OffsetIndex(AbstractIndex):
-    __slots__ = ("_last_offset",)
+    __slots__ = ("_last_offset", "_last")
     ENTRY_SIZE = 8
     _STRUCT = struct.Struct(">ii")
     _KEY_STRUCT = struct.Struct(">i")
@@ -39,7 +39,7 @@ class OffsetIndex(AbstractIndex):
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
                  exists: bool | None = None):
         super().__init__(path, base_offset, max_index_size, writable, exists)
-        self._last_offset = self._last_entry().offset
+        self._set_last(self._last_entry())
 
     # searches compare relative offsets; callers speak absolute offsets
     def _entry(self, n: int) -> OffsetPosition:
@@ -65,6 +65,9 @@ class OffsetIndex(AbstractIndex):
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """Largest entry with offset <= target_offset, else ``(base_offset, 0)``."""
+        last = self._last  # the last entry, or (base_offset, 0) when there is none
+        if target_offset >= last.offset:
+            return last  # a read at the log's end, the common case: no search
         slot = self._largest_lower_bound_slot(target_offset - self.base_offset)
         if slot < 0:
             return OffsetPosition(self.base_offset, 0)
@@ -86,7 +89,11 @@ class OffsetIndex(AbstractIndex):
         self._STRUCT.pack_into(self._mm, self.entries * 8, self.relative_offset(offset), position)
         self._written = True
         self.entries += 1
-        self._last_offset = offset
+        self._set_last(OffsetPosition(offset, position))
+
+    def _set_last(self, entry: OffsetPosition) -> None:
+        self._last = entry
+        self._last_offset = entry.offset
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
@@ -102,13 +109,13 @@ class OffsetIndex(AbstractIndex):
 
     def _truncate_to_entries(self, entries: int) -> None:
         super()._truncate_to_entries(entries)
-        self._last_offset = self._last_entry().offset
+        self._set_last(self._last_entry())
 
     def resize(self, new_size: int) -> bool:
         entries = self.entries
         changed = super().resize(new_size)
         if changed and self.entries != entries:  # growing keeps the last entry (and the index unmapped)
-            self._last_offset = self._last_entry().offset
+            self._set_last(self._last_entry())
         return changed
 
     def sanity_check(self, log_size: int | None = None, full: bool = False) -> None:

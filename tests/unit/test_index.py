@@ -19,6 +19,49 @@ def test_offset_index_preallocated_rounded_down(tmp_path):
     assert os.path.getsize(tmp_path / "a.index") == 0
 
 
+
+def test_offset_index_lookup_at_the_end_follows_every_change(tmp_path):
+    """lookup answers a target at or past the last entry from the kept last entry: it must
+    follow appends, truncation, resize, reset and a reopen, as the search over the file does."""
+    import random
+
+    rng = random.Random(5)
+    path = str(tmp_path / "a.index")
+    idx = OffsetIndex(path, 500, max_index_size=400)
+
+    def searched(target):
+        best = OffsetPosition(500, 0)
+        for i in range(idx.entries):
+            e = idx._entry(i)
+            if e.offset <= target:
+                best = e
+        return best
+
+    nxt, pos = 500, 0
+    for step in range(300):
+        op = rng.random()
+        if op < 0.6 and not idx.is_full():
+            nxt += rng.randint(1, 9)
+            pos += rng.randint(1, 300)
+            idx.append(nxt, pos)
+        elif op < 0.75:
+            idx.truncate_to(rng.randint(490, nxt + 5))
+            nxt = idx.last_offset
+        elif op < 0.85:
+            idx.resize(rng.choice([80, 200, 400]))
+            nxt = idx.last_offset
+        elif op < 0.9:
+            idx.reset()
+            nxt = idx.last_offset
+        else:
+            idx.close()
+            idx = OffsetIndex(path, 500, max_index_size=400)
+            nxt = idx.last_offset
+        pos = idx.last_entry().position
+        for target in (nxt - 3, nxt, nxt + 1, nxt + 1000, 499, 500):
+            assert idx.lookup(target) == searched(target), (step, target)
+    idx.close()
+
 def test_offset_index_too_small(tmp_path):
     with pytest.raises(ValueError):
         OffsetIndex(str(tmp_path / "a.index"), 0, max_index_size=7)
