@@ -45,6 +45,19 @@ PartitionData = FetchResponse.PartitionData
 TopicResponse = FetchResponse.FetchableTopicResponse
 AbortedTransaction = FetchResponse.AbortedTransaction
 _INT_MAX = 2**31 - 1
+# a partition's answer with data, by the generated _new (no class call's keyword dict),
+# its fields by position in the schema's order; the three tagged defaults (no diverging
+# epoch, no leader hint, no snapshot) are one object each for every answer, which
+# nothing changes after the answer is made (a PartitionData() made three per partition)
+_new_partition_data = PartitionData._new
+_new_topic_response = TopicResponse._new
+assert PartitionData._fields == ("partition_index", "error_code", "high_watermark", "last_stable_offset",
+                                 "log_start_offset", "diverging_epoch", "current_leader", "snapshot_id",
+                                 "aborted_transactions", "preferred_read_replica", "records")
+assert TopicResponse._fields == ("topic", "topic_id", "partitions")
+_NO_DIVERGING_EPOCH = PartitionData.EpochEndOffset()
+_NO_LEADER_HINT = PartitionData.LeaderIdAndEpoch()
+_NO_SNAPSHOT = PartitionData.SnapshotId()
 
 
 def _partition_error(index, code, hw=-1, lso=-1, log_start=-1):
@@ -196,19 +209,11 @@ def _read_all(ctx, version, request, denied=frozenset()):
                 aborted = [] if not size else [
                     AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
                     for a in plog.collect_aborted_txns(p.fetch_offset, stable)]
-            parts.append(
-                PartitionData(
-                    partition_index=index,
-                    error_code=0,
-                    high_watermark=data.high_watermark,
-                    last_stable_offset=stable if version >= 4 else data.high_watermark,
-                    log_start_offset=data.log_start_offset,
-                    aborted_transactions=aborted,
-                    preferred_read_replica=-1,
-                    records=records,
-                )
-            )
-        topics_out.append(TopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+            parts.append(_new_partition_data(index, 0, data.high_watermark,
+                                             stable if version >= 4 else data.high_watermark,
+                                             data.log_start_offset, _NO_DIVERGING_EPOCH, _NO_LEADER_HINT,
+                                             _NO_SNAPSHOT, aborted, -1, records))
+        topics_out.append(_new_topic_response(t.topic, t.topic_id, parts))
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
     return response, total, had_error
 
