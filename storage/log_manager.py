@@ -91,6 +91,47 @@ class TopicInfo:
     overrides: dict[str, str] = field(default_factory=dict)
 
 
+class _TopicTable(dict):
+    """The topics by name, with the names by topic id kept beside them (a Fetch v13+ or
+    ConsumerGroupDescribe names its topics by id: a lookup, not a pass over every topic).
+    Changed only by item assignment, ``del``, ``pop`` and ``clear``."""
+
+    __slots__ = ("by_id",)
+
+    def __init__(self):
+        super().__init__()
+        self.by_id: dict[uuid.UUID, str] = {}
+
+    def __setitem__(self, name: str, info: TopicInfo) -> None:
+        old = self.get(name)
+        if old is not None and self.by_id.get(old.topic_id) == name:
+            del self.by_id[old.topic_id]
+        super().__setitem__(name, info)
+        self.by_id[info.topic_id] = name
+
+    def __delitem__(self, name: str) -> None:
+        info = self[name]
+        super().__delitem__(name)
+        if self.by_id.get(info.topic_id) == name:
+            del self.by_id[info.topic_id]
+
+    def pop(self, name, *default):
+        if name in self:
+            info = self[name]
+            del self[name]
+            return info
+        return super().pop(name, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.by_id.clear()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("the topic table changes only by item, del, pop and clear")
+
+    update = setdefault = popitem = __ior__ = _refuse
+
+
 # The leader epoch of every partition: this broker leads them all and leadership never
 # moves, so it stays 0 (Metadata, ListOffsets, DescribeTopicPartitions report it; every
 # appended batch carries it; leader-epoch-checkpoint records where it began).
@@ -159,7 +200,7 @@ class LogManager:
         if not dirs:
             raise ValueError("broker config has no log_dirs")
         self.log_dirs = [os.path.abspath(d) for d in dirs]
-        self._topics: dict[str, TopicInfo] = {}
+        self._topics: dict[str, TopicInfo] = _TopicTable()
         self._logs: dict[tuple[str, int], Log] = {}
         # partitions not loaded yet (_PendingLog: a cleanly shut down log dir's, a deferred
         # topic's not made yet): loaded on first use (get_log, logs()) or by load_pending()
@@ -475,6 +516,14 @@ class LogManager:
 
     def get_topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None when no topic has it."""
+        return self._topics.by_id.get(topic_id)
+
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (a copy)."""
+        return dict(self._topics.by_id)
 
     def validate_new_topic(self, name: str, partitions: int,
                            configs: dict[str, str] | None = None) -> TopicInfo:

@@ -16,9 +16,8 @@ _OPS_UNSET = -(2**31)
 
 
 def _assignment(lm, assignment: dict):
-    names = {info.topic_id: name for name, info in lm.topics().items()}
     return R.Assignment(topic_partitions=[
-        R.TopicPartitions(topic_id=tid, topic_name=names.get(tid, ""), partitions=sorted(ps))
+        R.TopicPartitions(topic_id=tid, topic_name=lm.topic_name(tid) or "", partitions=sorted(ps))
         for tid, ps in sorted(assignment.items(), key=lambda e: str(e[0])) if ps])
 
 

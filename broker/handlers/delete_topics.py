@@ -28,7 +28,8 @@ def handle(ctx, header, request, session=None):
     results = []
     for name, topic_id in wanted:
         if name is None:
-            info = next((i for i in lm.topics().values() if i.topic_id == topic_id), None)
+            name = lm.topic_name(topic_id)
+            info = lm.get_topic(name) if name is not None else None
             if info is None:
                 results.append(Result(name=None, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), error_message=f"Topic id {topic_id} not found"))
                 continue

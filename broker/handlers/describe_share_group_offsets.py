@@ -21,7 +21,7 @@ def handle(ctx, header, request, session=None):
     mgr = getattr(ctx, "share_partitions", None)
     lm = ctx.log_manager
     infos = lm.topics()
-    ids = {info.topic_id: name for name, info in infos.items()}
+    ids = lm.topic_names_by_id()
     out = []
     for g in request.groups:
         def group_error(code, message=None):

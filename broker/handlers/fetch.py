@@ -101,9 +101,9 @@ def replica_id_of(version: int, request) -> int:
 
 def _resolve_topic_ids(ctx, request):
     """v13+: each requested topic's name from its id, None for an id no topic has."""
-    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+    name_of = ctx.log_manager.topic_name
     for t in request.topics:
-        t.topic = names.get(t.topic_id)
+        t.topic = name_of(t.topic_id)
 
 
 def _read_all(ctx, version, request, denied=frozenset()):

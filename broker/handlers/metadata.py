@@ -92,14 +92,12 @@ def handle(ctx, header, request, session=None):
     else:
         allow_auto = cfg.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
         may_create_any = None
-        by_id = None
         for t in requested:
             name = t.name
             if name is None:
                 # v10+: lookup by topic id
-                if by_id is None:
-                    by_id = {info.topic_id: info for info in lm.topics().values()}
-                info = by_id.get(t.topic_id)
+                found = lm.topic_name(t.topic_id)
+                info = lm.get_topic(found) if found is not None else None
                 if info is None or not may_describe(info.name):
                     topics_out.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, t.topic_id))
                 else:

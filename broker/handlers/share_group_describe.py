@@ -16,7 +16,7 @@ _OPS_UNSET = -(2**31)
 
 def handle(ctx, header, request, session=None):
     share = getattr(ctx, "share_groups", None)
-    names = {info.topic_id: name for name, info in ctx.log_manager.topics().items()}
+    names = ctx.log_manager.topic_names_by_id()
     out = []
     for gid in request.group_ids:
         def failed(code, message=None):

@@ -116,6 +116,38 @@ def test_delete_topic(tmp_path):
     m.shutdown()
 
 
+
+def test_topic_names_by_id_follow_creation_growth_deletion_and_restart(tmp_path):
+    """Fetch v13+ and Metadata v10+ name topics by id through topic_name, a lookup kept
+    beside the topics: it must agree with a pass over them after every change."""
+    m = manager([tmp_path])
+
+    def agrees():
+        want = {info.topic_id: name for name, info in m.topics().items()}
+        assert m.topic_names_by_id() == want
+        for tid, name in want.items():
+            assert m.topic_name(tid) == name
+        return want
+
+    a = m.create_topic("a", 1).topic_id
+    b = m.create_topic("b", 2).topic_id
+    agrees()
+    m.create_partitions("b", 4)  # a new TopicInfo, the same id
+    assert m.topic_name(b) == "b" and m.get_topic("b").num_partitions == 4
+    m.delete_topic("a")
+    assert m.topic_name(a) is None
+    again = m.create_topic("a", 1).topic_id  # the same name, a new id
+    assert again != a and m.topic_name(again) == "a" and m.topic_name(a) is None
+    m.set_topic_config("a", {"segment.bytes": "5000"})
+    assert agrees() == {again: "a", b: "b"}
+    m.shutdown()
+    m = manager([tmp_path])
+    assert agrees() == {again: "a", b: "b"}
+    assert m.topic_name(uuid.uuid4()) is None
+    with pytest.raises(TypeError):
+        m._topics.update({})
+    m.shutdown()
+
 def test_interrupted_delete_dirs_removed_and_orphans_ignored(tmp_path):
     m = manager([tmp_path])
     m.create_topic("k", 1)
