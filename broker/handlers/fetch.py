@@ -35,6 +35,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import FetchResponse
 
 from broker.errors import error_code_for, leader_epoch_error
+from broker.quotas import FETCH, user_of
 from broker.security import authorizer as A
 from storage import errors as se
 from storage.segment import READ_MAX_DECOMPRESSED
@@ -247,8 +248,6 @@ def _cap_to_quota(ctx, header, request, session) -> None:
     """A consumer under a consumer_byte_rate quota fetches at most what the quota allows
     in its window (Kafka's getMaxValueInQuotaWindow cap), so a fetch is never throttled
     just for being large; the dispatcher throttles what it sends (broker.quotas)."""
-    from broker.quotas import FETCH, user_of
-
     quotas = ctx.client_quotas
     if quotas is None or not quotas.active(FETCH):
         return
