@@ -16,8 +16,11 @@ Shapes: ``one-record`` (one v2 batch of one 100 B record per request, metrics of
 on), ``one-record-idempotent`` (the same from an idempotent producer: a producer id and
 the next sequence number in each batch, as the Java client sends by default) and
 ``100-partitions`` (one record in each of 100 partitions per request; reported per
-partition). ``--root`` measures another checkout with this virtualenv (for
-example a ``git worktree`` of an older commit, its C extensions built), so two commits
+partition). ``fetch-at-end`` counts Fetch requests instead (v11, as librdkafka 2.0
+sends them, metrics on): a consumer at the log's end, each fetch from the offset where
+the one-record batch appended just before it (not counted) begins, answered with it.
+``--root`` measures another checkout with this virtualenv (for example a ``git
+worktree`` of an older commit, its C extensions built), so two commits
 compare on one machine. The counts are instructions, not time: the kernel's share of
 the ``pwrite`` is not in them, and an instruction that misses the cache costs more
 than one that does not.
@@ -44,6 +47,7 @@ _SHIM = r"""
 #include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
+void cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 
 SHAPES = {  # name: (partitions per request, metrics on, share of --requests counted, idempotent)
@@ -51,10 +55,13 @@ SHAPES = {  # name: (partitions per request, metrics on, share of --requests cou
     "one-record-metrics": (1, True, 1, False),
     "one-record-idempotent": (1, False, 1, True),
     "100-partitions": (100, False, 0.1, False),  # a tenth as many requests: ten times the partitions
+    "fetch-at-end": (1, True, 1, False),  # Fetch requests (FETCH_SHAPES), each after an uncounted produce
 }
+FETCH_SHAPES = {"fetch-at-end"}
 
 
-def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int, idempotent: bool) -> None:
+def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int, idempotent: bool,
+           fetch: bool = False) -> None:
     """Runs under valgrind: a broker context in this process, ``requests`` produce
     requests dispatched between the shim's start and stop."""
     import ctypes
@@ -96,19 +103,60 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
         # patched in place: one each; an idempotent producer's each with its next sequence
         frames = ([memoryview(bytearray(frame(i))) for i in range(requests + 50)] if idempotent
                   else [memoryview(bytearray(frame(0))) for _ in range(requests + 50)])
-        for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
-            assert dispatcher.dispatch(conn, view)
-        work = frames[50:]
-        cg.cg_start()
-        for view in work:
-            dispatcher.dispatch(conn, view)
-        cg.cg_stop()
+        if fetch:
+            _fetch_at_end(cg, dispatcher, conn, frames, lm)
+        else:
+            for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
+                assert dispatcher.dispatch(conn, view)
+            work = frames[50:]
+            cg.cg_start()
+            for view in work:
+                dispatcher.dispatch(conn, view)
+            cg.cg_stop()
         appended = lm.get_log("bench", 0).log_end_offset
         if appended != len(frames):  # every request appended (none refused, none a duplicate)
             raise SystemExit(f"{appended} of {len(frames)} produce requests appended")
         lm.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fetch_at_end(cg, dispatcher, conn, frames, lm) -> None:
+    """Each produce frame appended (not counted), then a Fetch from where it begins
+    (counted, callgrind's collection toggled around it), answered with its batch."""
+    from protocol import codec
+    from protocol.messages import FetchRequest, RequestHeader
+
+    header = RequestHeader(api_key=1, api_version=11, correlation_id=2, client_id="bench")
+    log = lm.get_log("bench", 0)
+
+    def fetch(offset: int) -> memoryview:
+        req = FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=52428800, isolation_level=0,
+                           session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[
+                               FetchRequest.FetchTopic(topic="bench", partitions=[FetchRequest.FetchPartition(
+                                   partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
+                                   partition_max_bytes=1048576)])])
+        return memoryview(bytearray(codec.encode_request(header, req)[4:]))
+
+    def one(view, counted: bool) -> None:
+        offset = log.log_end_offset
+        assert dispatcher.dispatch(conn, view)
+        request = fetch(offset)
+        if counted:
+            cg.cg_toggle()
+        answer = dispatcher.dispatch(conn, request)
+        if counted:
+            cg.cg_toggle()
+        if not isinstance(answer, list) or sum(len(c) for c in answer) < 100:
+            raise SystemExit(f"the fetch at offset {offset} was not answered with its record: {answer!r}")
+
+    for view in frames[:50]:
+        one(view, False)
+    cg.cg_start()
+    cg.cg_toggle()  # collection off until the first fetch
+    for view in frames[50:]:
+        one(view, True)
+    cg.cg_stop()
 
 
 def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int:
@@ -118,7 +166,7 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
         f.unlink()
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
            sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
-           str(requests), "1" if idempotent else "0"]
+           str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     dumps = sorted(p for p in Path(workdir).glob("cg.out.*"))
     if proc.returncode != 0 or not dumps:
@@ -131,8 +179,8 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        root, shim, partitions, metrics_on, requests, idempotent = sys.argv[2:8]
-        _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1")
+        root, shim, partitions, metrics_on, requests, idempotent, fetch = sys.argv[2:9]
+        _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1", fetch == "1")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000,
@@ -165,7 +213,7 @@ def main() -> int:
             results[shape] = {"requests": requests, "instructions": total, "per_request": total / requests,
                               "per_partition": total / requests / partitions}
             print(f"[bench] {shape}: {total:,} instructions in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    print(f"Instructions per produce request, callgrind, checkout {root} at {commit}, "
+    print(f"Instructions per request (produce; fetch for fetch-at-end), callgrind, checkout {root} at {commit}, "
           f"CPython {sys.version.split()[0]}")
     print("| shape | instructions per request | per partition |")
     print("|---|---:|---:|")
