@@ -273,7 +273,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.write_chunks(out)
                 out.clear()
             self._busy = True
-            task = asyncio.ensure_future(result)
+            # a future (a parked Fetch's answer) as it is; a coroutine becomes a task
+            task = result if isinstance(result, asyncio.Future) else asyncio.ensure_future(result)
             task.add_done_callback(self._on_async_done)
             break
         if self._start == self._end and not self._busy:

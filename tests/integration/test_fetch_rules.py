@@ -93,6 +93,28 @@ def test_min_bytes_not_reached_keeps_waiting_until_max_wait(broker, new_topic):
     assert waited >= 1.1, f"min_bytes was not reached, the fetch must wait for max_wait_ms (returned after {waited:.2f} s)"
 
 
+
+def test_an_append_short_of_min_bytes_parks_the_fetch_again_until_one_reaches_it(broker, new_topic):
+    """A woken fetch still short of min_bytes waits again, to the same deadline; a later
+    append that brings min_bytes answers it at once, with both batches."""
+    topic = new_topic()
+    small = threading.Timer(0.5, lambda: produce("kp", broker.bootstrap, topic, make_records(1, now_ms())))
+    enough = threading.Timer(1.5, lambda: produce("kp", broker.bootstrap, topic, make_records(
+        1, now_ms(), value_size=3000)))
+    small.start()
+    enough.start()
+    try:
+        with RawConn(broker.port, timeout=40) as conn:
+            t0 = time.monotonic()
+            part = fetch(conn, topic, 0, min_bytes=2000, max_wait_ms=30_000)
+            waited = time.monotonic() - t0
+    finally:
+        small.join()
+        enough.join()
+    assert part.error_code == 0 and part.high_watermark == 2
+    assert len(part.records) > 3000, "both batches are answered"
+    assert 1.3 < waited < 20, f"answered by the second append (after {waited:.2f} s)"
+
 def test_first_batch_returned_whole_even_above_max_bytes(broker, new_topic):
     topic = new_topic()
     recs = make_records(1, now_ms(), value_size=20_000)

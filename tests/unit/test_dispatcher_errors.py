@@ -31,11 +31,8 @@ async def async_boom(*_a, **_kw):
     raise RuntimeError("an async handler bug")
 
 
-@pytest.fixture
-def broker(tmp_path, monkeypatch):
-    monkeypatch.setitem(dispatcher.SUPPORTED, 16, (0, 4, boom))
-    monkeypatch.setitem(dispatcher.SUPPORTED, 3, (0, 12, boom))
-    monkeypatch.setitem(dispatcher.SUPPORTED, 0, (0, 9, lambda ctx, h, r, session=None: async_boom()))
+def _serve(tmp_path):
+    """A real broker in this process (a thread runs its loop): yields its port."""
     cfg = load_broker_config(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=0"],
                              env={}, warn=False)
     server = BrokerServer(cfg)
@@ -55,6 +52,19 @@ def broker(tmp_path, monkeypatch):
     asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     t.join(10)
+
+
+@pytest.fixture
+def broker(tmp_path, monkeypatch):
+    monkeypatch.setitem(dispatcher.SUPPORTED, 16, (0, 4, boom))
+    monkeypatch.setitem(dispatcher.SUPPORTED, 3, (0, 12, boom))
+    monkeypatch.setitem(dispatcher.SUPPORTED, 0, (0, 9, lambda ctx, h, r, session=None: async_boom()))
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture
+def plain_broker(tmp_path):
+    yield from _serve(tmp_path)
 
 
 def call(conn, api_key, version, body, cid):
@@ -122,3 +132,47 @@ def test_settle_heap_moves_what_exists_and_later_garbage_is_still_collected():
         gc.unfreeze()  # this test process as it was
         gc.collect()
     assert early() is None
+
+
+def test_a_parked_fetch_whose_read_fails_answers_unknown_server_error(plain_broker, monkeypatch, caplog):
+    """A parked Fetch is answered through its future: a read that raises once it is woken
+    is answered UNKNOWN_SERVER_ERROR, as a failing handler is, and the connection serves on."""
+    from broker.handlers import fetch as fetch_handler
+    from protocol.messages import CreateTopicsRequest, FetchRequest
+    from protocol.records import build_batch
+
+    reads = []
+    real = fetch_handler._read_all
+
+    def read_all(*args, **kwargs):
+        reads.append(1)
+        if len(reads) == 2:  # the read of the woken fetch
+            raise RuntimeError("a read bug")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fetch_handler, "_read_all", read_all)
+    with RawConn(plain_broker) as conn, RawConn(plain_broker) as other:
+        created = call(conn, 19, 5, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name="parked", num_partitions=1, replication_factor=1)], timeout_ms=5000), 1)
+        assert created.topics[0].error_code == 0
+        header = RequestHeader(api_key=1, api_version=11, correlation_id=2, client_id="t")
+        conn.send(codec.encode_request(header, FetchRequest(
+            replica_id=-1, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+            session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[FetchRequest.FetchTopic(
+                topic="parked", partitions=[FetchRequest.FetchPartition(
+                    partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                    partition_max_bytes=1 << 20)])])))
+        for _ in range(200):  # parked: the first read found nothing
+            if reads:
+                break
+            threading.Event().wait(0.01)
+        produced = call(other, 0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
+            ProduceRequest.TopicProduceData(name="parked", partition_data=[ProduceRequest.PartitionProduceData(
+                index=0, records=build_batch([(1, None, b"v")]))])]), 3)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        frame = conn.recv_frame()
+        cid, answer = codec.decode_response(1, 11, frame)
+        assert cid == 2 and [p.error_code for t in answer.responses for p in t.partitions] == [UNKNOWN]
+        av = call(conn, 18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 4)
+        assert av.error_code == 0
+    assert "a read bug" in caplog.text and "answering UNKNOWN_SERVER_ERROR" in caplog.text
