@@ -52,10 +52,12 @@ _INT_MAX = 2**31 - 1
 # nothing changes after the answer is made (a PartitionData() made three per partition)
 _new_partition_data = PartitionData._new
 _new_topic_response = TopicResponse._new
+_new_fetch_response = FetchResponse._new
 assert PartitionData._fields == ("partition_index", "error_code", "high_watermark", "last_stable_offset",
                                  "log_start_offset", "diverging_epoch", "current_leader", "snapshot_id",
                                  "aborted_transactions", "preferred_read_replica", "records")
 assert TopicResponse._fields == ("topic", "topic_id", "partitions")
+assert FetchResponse._fields == ("throttle_time_ms", "error_code", "session_id", "responses", "node_endpoints")
 _NO_DIVERGING_EPOCH = PartitionData.EpochEndOffset()
 _NO_LEADER_HINT = PartitionData.LeaderIdAndEpoch()
 _NO_SNAPSHOT = PartitionData.SnapshotId()
@@ -215,7 +217,7 @@ def _read_all(ctx, version, request, denied=frozenset()):
                                              data.log_start_offset, _NO_DIVERGING_EPOCH, _NO_LEADER_HINT,
                                              _NO_SNAPSHOT, aborted, -1, records))
         topics_out.append(_new_topic_response(t.topic, t.topic_id, parts))
-    response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics_out)
+    response = _new_fetch_response(0, 0, 0, topics_out, [])
     return response, total, had_error
 
 
