@@ -116,6 +116,9 @@ class BrokerContext:
         return self.host, self.port
 
     def notify_append(self, topic: str, partition: int) -> None:
+        """Wake what waits for an append to the partition: a waiter is a future (the
+        ``appended`` of ShareFetch) or anything with ``done()`` and ``set_result()``
+        (Fetch's ``_ParkedFetch``)."""
         waiters = self.fetch_waiters.pop((topic, partition), None)
         if waiters:
             for fut in waiters:
