@@ -235,6 +235,11 @@ def handle(ctx, header, request, session=None):
                                   (t.topic for t in request.topics if t.topic is not None), "Fetch")
     if replica_id < 0 and version >= 3:
         _cap_to_quota(ctx, header, request, session)
+    if (request.max_wait_ms > 0 and request.min_bytes > 0 and not getattr(ctx, "shutting_down", False)
+            and _at_the_end(ctx, version, request, denied)):
+        # a consumer waiting at the log's end: parked without making its empty answer
+        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        return _ParkedFetch(ctx, version, request, keys, denied).future
     response, total, had_error = _read_all(ctx, version, request, denied)
     allowed = [t for t in request.topics if t.topic is not None and t.topic not in denied]
     if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed
@@ -244,6 +249,31 @@ def handle(ctx, header, request, session=None):
         return response
     keys = [(t.topic, p.partition) for t in allowed for p in t.partitions]
     return _ParkedFetch(ctx, version, request, keys, denied).future
+
+
+def _at_the_end(ctx, version, request, denied) -> bool:
+    """Whether ``_read_all`` would answer every partition of the request with no records
+    and no error, each a partition of a readable topic fetched at its log end offset: a
+    consumer at the end, whose fetch parks at once. False when in doubt (the read then
+    decides)."""
+    if not request.topics:
+        return False
+    get_log = ctx.log_manager.get_log
+    for t in request.topics:
+        if t.topic is None or t.topic in denied:
+            return False
+        for p in t.partitions:
+            try:
+                plog = get_log(t.topic, p.partition)
+            except se.StorageError:
+                return False
+            if p.fetch_offset != plog.log_end_offset or plog.closed:
+                return False
+            if version >= 9 and leader_epoch_error(p.current_leader_epoch, plog.leader_epoch):
+                return False
+            if version >= 12 and p.last_fetched_epoch >= 0:
+                return False
+    return True
 
 
 def _cap_to_quota(ctx, header, request, session) -> None:
