@@ -29,7 +29,7 @@ class OffsetPosition(NamedTuple):
 
 
 class OffsetIndex(AbstractIndex):
-    __slots__ = ("_last_offset", "_last")
+    __slots__ = ("_last",)
     ENTRY_SIZE = 8
     _STRUCT = struct.Struct(">ii")
     _KEY_STRUCT = struct.Struct(">i")
@@ -39,7 +39,7 @@ class OffsetIndex(AbstractIndex):
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1, writable: bool = True,
                  exists: bool | None = None):
         super().__init__(path, base_offset, max_index_size, writable, exists)
-        self._set_last(self._last_entry())
+        self._last = self._last_entry()  # the last entry, or (base_offset, 0) when there is none
 
     # searches compare relative offsets; callers speak absolute offsets
     def _entry(self, n: int) -> OffsetPosition:
@@ -53,7 +53,7 @@ class OffsetIndex(AbstractIndex):
 
     @property
     def last_offset(self) -> int:
-        return self._last_offset
+        return self._last.offset
 
     def last_entry(self) -> OffsetPosition:
         return self._last_entry()
@@ -82,18 +82,14 @@ class OffsetIndex(AbstractIndex):
         if self.is_full():
             raise InvalidIndexOffsetError(
                 f"attempt to append to a full index {self.path} ({self.entries} entries)")
-        if self.entries and offset <= self._last_offset:
+        if self.entries and offset <= self._last.offset:
             raise InvalidIndexOffsetError(
                 f"attempt to append offset {offset} to slot {self.entries} of {self.path}, "
-                f"not larger than the last offset {self._last_offset}")
+                f"not larger than the last offset {self._last.offset}")
         self._STRUCT.pack_into(self._mm, self.entries * 8, self.relative_offset(offset), position)
         self._written = True
         self.entries += 1
-        self._set_last(OffsetPosition(offset, position))
-
-    def _set_last(self, entry: OffsetPosition) -> None:
-        self._last = entry
-        self._last_offset = entry.offset
+        self._last = OffsetPosition(offset, position)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
@@ -109,13 +105,13 @@ class OffsetIndex(AbstractIndex):
 
     def _truncate_to_entries(self, entries: int) -> None:
         super()._truncate_to_entries(entries)
-        self._set_last(self._last_entry())
+        self._last = self._last_entry()
 
     def resize(self, new_size: int) -> bool:
         entries = self.entries
         changed = super().resize(new_size)
         if changed and self.entries != entries:  # growing keeps the last entry (and the index unmapped)
-            self._set_last(self._last_entry())
+            self._last = self._last_entry()
         return changed
 
     def sanity_check(self, log_size: int | None = None, full: bool = False) -> None:
