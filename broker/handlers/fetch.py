@@ -238,8 +238,7 @@ def handle(ctx, header, request, session=None):
     if (request.max_wait_ms > 0 and request.min_bytes > 0 and not getattr(ctx, "shutting_down", False)
             and _at_the_end(ctx, version, request, denied)):
         # a consumer waiting at the log's end: parked without making its empty answer
-        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-        return _ParkedFetch(ctx, version, request, keys, denied).future
+        return _ParkedFetch(ctx, version, request, request.topics, denied).future
     response, total, had_error = _read_all(ctx, version, request, denied)
     allowed = [t for t in request.topics if t.topic is not None and t.topic not in denied]
     if (request.max_wait_ms <= 0 or total >= request.min_bytes or had_error or not allowed
@@ -247,8 +246,7 @@ def handle(ctx, header, request, session=None):
         if ctx.metrics is not None:  # bytes out and fetch requests per topic
             ctx.metrics.fetched(response)
         return response
-    keys = [(t.topic, p.partition) for t in allowed for p in t.partitions]
-    return _ParkedFetch(ctx, version, request, keys, denied).future
+    return _ParkedFetch(ctx, version, request, allowed, denied).future
 
 
 def _at_the_end(ctx, version, request, denied) -> bool:
@@ -293,22 +291,24 @@ class _ParkedFetch:
     """A fetch parked in the long poll, without a task or coroutine (one per request of a
     consumer at the log's end, so its cost is on every record it waits for).
 
-    Its ``future`` is what the handler returns: the response when an append to one of
-    ``keys`` (told by ``BrokerContext.notify_append``, which sees it as a waiter: ``done``,
-    ``set_result``) brings ``min_bytes``, or a read fails, or the broker shuts down, or
-    ``max_wait_ms`` runs out. An exception of a read is the future's exception (answered
+    Its ``future`` is what the handler returns: the response when an append to a
+    partition of ``topics`` (the request's topics not denied), told by
+    ``BrokerContext.notify_append`` (which sees it as a waiter: ``done``, ``set_result``),
+    brings ``min_bytes``, or a read fails, or the broker shuts down, or ``max_wait_ms``
+    runs out. An exception of a read is the future's exception (answered
     UNKNOWN_SERVER_ERROR by the dispatcher, as any handler's)."""
 
     __slots__ = ("ctx", "version", "request", "keys", "denied", "loop", "deadline", "future", "timer", "woken")
 
-    def __init__(self, ctx, version, request, keys, denied):
-        self.ctx, self.version, self.request, self.keys, self.denied = ctx, version, request, keys, denied
+    def __init__(self, ctx, version, request, topics, denied):
+        self.ctx, self.version, self.request, self.denied = ctx, version, request, denied
+        self.keys = [(t.topic, p.partition) for t in topics for p in t.partitions]
         loop = self.loop = asyncio.get_running_loop()
         self.deadline = loop.time() + request.max_wait_ms / 1000.0
         self.future = loop.create_future()
         self.woken = False
         self.timer = loop.call_at(self.deadline, self._read, True)
-        ctx.wait_for_append(keys, self)
+        ctx.wait_for_append(self.keys, self)
 
     # -- a waiter of BrokerContext.notify_append
     def done(self) -> bool:
