@@ -1,4 +1,4 @@
-"""Build script: where the packages go, and the three compiled pieces.
+"""Build script: where the packages go, and the compiled pieces.
 
 Installed from a wheel (``pip install .``, ``pip install chronolog[spark]``), Chronolog
 adds two top-level names to an environment and no generic ones: ``chronolog`` (the
@@ -15,7 +15,9 @@ extensions built next to their sources.
 
 The compiled pieces: protocol/_recwalk.c, the record walker the produce path runs over
 every record (see protocol/record_walk.py); protocol/_fastwire.c, which runs the message
-decoders and encoders protocol/_codegen.py derives from the schemas; and
+decoders and encoders protocol/_codegen.py derives from the schemas; storage/_append.c
+and broker/_produce.c, the common case of a produced batch's append and of the produce
+handler's loop; broker/_metrics.c, the metric updates of each request; and
 storage/_cleaner.c, the log cleaner's key map and record loops (see storage/cleaner.py).
 All are optional: without a C compiler the install still succeeds and each falls back to
 its pure-Python reference (the broker logs a warning when it starts). Everything else is
@@ -102,6 +104,12 @@ setup(
         Extension(
             PREFIX + "broker._produce",
             sources=["broker/_produce.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            PREFIX + "broker._metrics",
+            sources=["broker/_metrics.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

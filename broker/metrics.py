@@ -320,6 +320,17 @@ def _compile_walk(spec) -> Callable:
     return namespace["walk"]
 
 
+try:  # request_done and produced compiled (broker/_metrics.c); the methods below without it
+    from broker import _metrics
+
+    _metrics.setup(_CounterChild, _HistogramChild)
+except ImportError:  # pragma: no cover - exercised when the extension is not built
+    _metrics = None
+
+#: whether BrokerMetrics uses broker/_metrics.c (the broker warns at start when it does not)
+COMPILED = _metrics is not None
+
+
 class BrokerMetrics:
     """Every metric of one broker process (one registry)."""
 
@@ -410,6 +421,11 @@ class BrokerMetrics:
         # leave series behind, one per name a client tries. Those requests still count
         # in chronolog_request_errors_total. Set by attach_state.
         self.topic_exists: Callable[[str], bool] = lambda topic: True
+        if _metrics is not None:  # the two hot methods compiled (broker/_metrics.c), bound to these children
+            self.request_done = _metrics.request_done_hook(self._api_children, self._api, self._walks,
+                                                           self._walker.walk_of, self._count_errors)
+            self.produced = _metrics.produced_hook(self._topic_children, self._delay_children,
+                                                   self._topic_if_exists, self._topic, self._delay)
 
     # ---------------------------------------------------------------- request hooks
     def _api(self, api_key: int):
@@ -421,6 +437,9 @@ class BrokerMetrics:
         return c
 
     def request_done(self, api_key: int, response, seconds: float) -> None:
+        """A request answered (``response``, None for none) ``seconds`` after it was
+        decoded: its API's count and latency, and each error code in the answer.
+        broker/_metrics.c has it compiled: __init__ puts that in its place."""
         req, hist, name = self._api_children.get(api_key) or self._api(api_key)
         req.value += 1
         hist.counts[bisect_left(hist.bounds, seconds)] += 1  # hist.observe(seconds), without the call
@@ -429,8 +448,12 @@ class BrokerMetrics:
             codes: list[int] = []
             walk = self._walks.get(response.__class__) or self._walker.walk_of(response.__class__)
             walk(response, codes)
-            for code in codes:
-                self.request_errors.labels(name, _error_name(code)).inc()
+            if codes:
+                self._count_errors(name, codes)
+
+    def _count_errors(self, name: str, codes: list) -> None:
+        for code in codes:
+            self.request_errors.labels(name, _error_name(code)).inc()
 
     def request_failed(self, api_key: int, seconds: float) -> None:
         req, hist, name = self._api(api_key)
@@ -474,6 +497,11 @@ class BrokerMetrics:
             self._topic_children[topic] = c
         return c
 
+    def _topic_if_exists(self, topic: str):
+        """The topic's children, None for a topic this broker does not have (see
+        topic_exists)."""
+        return self._topic(topic) if topic in self._topic_children or self.topic_exists(topic) else None
+
     def _delay(self, topic: str):
         c = self._delay_children.get(topic)
         if c is None:  # only CreateTime topics get append delay series
@@ -492,11 +520,9 @@ class BrokerMetrics:
         each (a negative one counted apart)."""
         children = self._topic_children
         for t in responses:
-            c = children.get(t.name)
+            c = children.get(t.name) or self._topic_if_exists(t.name)
             if c is None:
-                if not self.topic_exists(t.name):
-                    continue
-                c = self._topic(t.name)
+                continue
             c[4].value += 1  # the children's inc(), without a call per update
             for p in t.partition_responses:
                 if p.error_code:

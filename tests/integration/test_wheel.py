@@ -87,6 +87,7 @@ def test_the_wheel_installs_two_top_level_names(fresh_venv):
              "        pass\n"
              "import chronolog.broker.server, chronolog.protocol._recwalk, chronolog.protocol._fastwire\n"
              "import chronolog.storage._append, chronolog.storage._cleaner, chronolog.broker._produce\n"
+             "import chronolog.broker._metrics\n"
              "import pyspark_kafka_compatible.kafka_io\n"
              "from chronolog.protocol import messages\n"
              "print(messages.FetchRequest.__module__)\n"

@@ -1,0 +1,458 @@
+/* broker/_metrics.c - the two metric updates every produce request makes, compiled:
+ * BrokerMetrics.request_done (every request: its API's count, latency and error codes)
+ * and BrokerMetrics.produced (every Produce request: requests, failures, bytes and
+ * messages in and append delays per topic). In Python they were a sixth of a one-record
+ * produce request's instructions.
+ *
+ * Owns no metric and no rule of its own. The metrics, their labelled children and the
+ * Python methods are broker/metrics.py's; each hook here is that method's body, made for a
+ * BrokerMetrics by it, holding the dicts of children it caches and its methods that make a
+ * missing child. It updates the children's slots as the Python code does (``value``;
+ * ``counts``, ``sum``: the same int and float arithmetic) and calls back into Python for
+ * anything else: a child not made yet, a response's error-code walk, a delay past the
+ * ms table (observe_ms). The Python methods stay the reference and the fallback; the
+ * tests run the same calls through both and compare every exposed sample.
+ *
+ *   setup(counter_cls, histogram_cls)
+ *       once, from broker.metrics at import: where the children's slots are
+ *   request_done_hook(api_children, make_api, walks, walk_of, count_errors)
+ *       -> request_done(api_key, response, seconds)
+ *   produced_hook(topic_children, delay_children, topic_if_exists, make_topic, make_delay)
+ *       -> produced(responses, tally)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+static PyTypeObject *counter_type, *histogram_type;
+/* slot offsets in those classes' instances (-1: read and written by name) */
+static Py_ssize_t value_off = -1, counts_off = -1, sum_off = -1, bounds_off = -1, ms_buckets_off = -1;
+static PyObject *s_value, *s_counts, *s_sum, *s_bounds, *s_ms_buckets, *s_observe_ms, *s_name,
+    *s_partition_responses, *s_error_code, *one, *thousand;
+
+/* the offset of the object slot named ``name`` in instances of ``cls``, or -1 */
+static Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name) {
+    PyObject *d = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
+}
+
+/* obj.name (new reference): the slot itself for an instance of ``type`` */
+static PyObject *get(PyObject *obj, PyTypeObject *type, Py_ssize_t off, PyObject *name) {
+    if (off >= 0 && Py_IS_TYPE(obj, type)) {
+        PyObject *v = *(PyObject **)((char *)obj + off);
+        if (v)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.name = v (v a new reference, stolen; NULL: an error already set) */
+static int set(PyObject *obj, PyTypeObject *type, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (!v)
+        return -1;
+    if (off >= 0 && Py_IS_TYPE(obj, type)) {
+        Py_XSETREF(*(PyObject **)((char *)obj + off), v);
+        return 0;
+    }
+    int r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* obj.name += v (v stolen) */
+static int add(PyObject *obj, PyTypeObject *type, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (!v)
+        return -1;
+    PyObject *old = get(obj, type, off, name);
+    if (!old) {
+        Py_DECREF(v);
+        return -1;
+    }
+    PyObject *sum = PyNumber_InPlaceAdd(old, v);
+    Py_DECREF(old);
+    Py_DECREF(v);
+    return set(obj, type, off, name, sum);
+}
+
+/* a counter child's value += v (v stolen) */
+static inline int inc(PyObject *child, PyObject *v) { return add(child, counter_type, value_off, s_value, v); }
+
+/* list[i] += 1 */
+static int bump(PyObject *list, Py_ssize_t i) {
+    if (!PyList_Check(list) || i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "a histogram's bucket is not in its counts");
+        return -1;
+    }
+    PyObject *n = PyNumber_Add(PyList_GET_ITEM(list, i), one);
+    return n ? PyList_SetItem(list, i, n) : -1;
+}
+
+/* hist.counts[bisect_left(hist.bounds, value)] += 1; hist.sum += value */
+static int observe(PyObject *hist, PyObject *value) {
+    PyObject *bounds = get(hist, histogram_type, bounds_off, s_bounds);
+    if (!bounds)
+        return -1;
+    if (!PyTuple_Check(bounds)) {
+        Py_DECREF(bounds);
+        PyErr_SetString(PyExc_TypeError, "a histogram's bounds are a tuple");
+        return -1;
+    }
+    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    while (lo < hi) {  /* bisect_left: the first bound not below value */
+        Py_ssize_t mid = (lo + hi) / 2;
+        PyObject *b = PyTuple_GET_ITEM(bounds, mid);
+        int below = PyFloat_CheckExact(b) && PyFloat_CheckExact(value)
+                        ? PyFloat_AS_DOUBLE(b) < PyFloat_AS_DOUBLE(value)
+                        : PyObject_RichCompareBool(b, value, Py_LT);
+        if (below < 0) {
+            Py_DECREF(bounds);
+            return -1;
+        }
+        if (below)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_DECREF(bounds);
+    PyObject *counts = get(hist, histogram_type, counts_off, s_counts);
+    if (!counts)
+        return -1;
+    int r = bump(counts, lo);
+    Py_DECREF(counts);
+    if (r < 0)
+        return -1;
+    return add(hist, histogram_type, sum_off, s_sum, Py_NewRef(value));
+}
+
+/* one append delay in ms, as BrokerMetrics.produced observes it: a negative one counted
+ * apart, one under the ms table's size through the table, any other by observe_ms */
+static int observe_delay(PyObject *hist, PyObject *neg, PyObject *delay) {
+    int overflow;
+    long long ms = PyLong_AsLongLongAndOverflow(delay, &overflow);
+    if (ms == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow < 0 || (!overflow && ms < 0))  /* (an overflow's ms is -1) */
+        return inc(neg, Py_NewRef(one));
+    PyObject *table = get(hist, histogram_type, ms_buckets_off, s_ms_buckets);
+    if (!table)
+        return -1;
+    if (overflow || !PyList_Check(table) || ms >= PyList_GET_SIZE(table)) {
+        Py_DECREF(table);
+        PyObject *r = PyObject_CallMethodOneArg(hist, s_observe_ms, delay);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
+    Py_ssize_t bucket = PyLong_AsSsize_t(PyList_GET_ITEM(table, ms));
+    Py_DECREF(table);
+    if (bucket == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *counts = get(hist, histogram_type, counts_off, s_counts);
+    if (!counts)
+        return -1;
+    int r = bump(counts, bucket);
+    Py_DECREF(counts);
+    if (r < 0)
+        return -1;
+    /* delay / 1000.0: the int made a double, then divided, as Python's true division */
+    return add(hist, histogram_type, sum_off, s_sum, PyNumber_TrueDivide(delay, thousand));
+}
+
+/* d[key], or make(key) when it is not there (new reference; NULL with an error set) */
+static PyObject *get_or_make(PyObject *d, PyObject *key, PyObject *make) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v)
+        return Py_NewRef(v);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallOneArg(make, key);
+}
+
+/* a tuple of at least n items (new reference stays with the caller) */
+static int tuple_of(PyObject *t, Py_ssize_t n, const char *what) {
+    if (PyTuple_Check(t) && PyTuple_GET_SIZE(t) >= n)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s is a tuple of %zd", what, n);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------- hooks */
+enum { REQUEST_DONE, PRODUCED };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;
+    PyObject *state[5];
+} Hook;
+
+static PyObject *request_done(Hook *h, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "request_done(api_key, response, seconds)");
+        return NULL;
+    }
+    PyObject *api_children = h->state[0], *make_api = h->state[1], *walks = h->state[2], *walk_of = h->state[3],
+             *count_errors = h->state[4], *response = args[1];
+    PyObject *c = get_or_make(api_children, args[0], make_api);
+    if (!c)
+        return NULL;
+    PyObject *codes = NULL, *walk = NULL, *r = NULL;
+    if (tuple_of(c, 3, "an API's children") < 0 || inc(PyTuple_GET_ITEM(c, 0), Py_NewRef(one)) < 0
+        || observe(PyTuple_GET_ITEM(c, 1), args[2]) < 0)
+        goto done;
+    if (response != Py_None) {
+        PyObject *cls = (PyObject *)Py_TYPE(response);
+        if (!(walk = get_or_make(walks, cls, walk_of)) || !(codes = PyList_New(0)))
+            goto done;
+        PyObject *w = PyObject_CallFunctionObjArgs(walk, response, codes, NULL);
+        if (!w)
+            goto done;
+        Py_DECREF(w);
+        if (PyList_GET_SIZE(codes)) {
+            PyObject *e = PyObject_CallFunctionObjArgs(count_errors, PyTuple_GET_ITEM(c, 2), codes, NULL);
+            if (!e)
+                goto done;
+            Py_DECREF(e);
+        }
+    }
+    r = Py_NewRef(Py_None);
+done:
+    Py_DECREF(c);
+    Py_XDECREF(walk);
+    Py_XDECREF(codes);
+    return r;
+}
+
+/* one topic's answer: its produce request counted, and failed when a partition failed */
+static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyObject *t) {
+    PyObject *name = PyObject_GetAttr(t, s_name);
+    if (!name)
+        return -1;
+    PyObject *c = get_or_make(topic_children, name, topic_if_exists);
+    Py_DECREF(name);
+    if (!c)
+        return -1;
+    int r = -1;
+    if (c == Py_None) {  /* a topic this broker does not have: no series */
+        r = 0;
+        goto done;
+    }
+    if (tuple_of(c, 6, "a topic's children") < 0 || inc(PyTuple_GET_ITEM(c, 4), Py_NewRef(one)) < 0)
+        goto done;
+    PyObject *parts = PyObject_GetAttr(t, s_partition_responses);
+    if (!parts)
+        goto done;
+    PyObject *it = PyObject_GetIter(parts);
+    Py_DECREF(parts);
+    if (!it)
+        goto done;
+    PyObject *p;
+    int failed = 0;
+    while (!failed && (p = PyIter_Next(it))) {
+        PyObject *code = PyObject_GetAttr(p, s_error_code);
+        Py_DECREF(p);
+        if (!code || (failed = PyObject_IsTrue(code)) < 0) {
+            Py_XDECREF(code);
+            Py_DECREF(it);
+            goto done;
+        }
+        Py_DECREF(code);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred() || (failed && inc(PyTuple_GET_ITEM(c, 5), Py_NewRef(one)) < 0))
+        goto done;
+    r = 0;
+done:
+    Py_DECREF(c);
+    return r;
+}
+
+/* one topic's tally [bytes, messages, delays or None] added to its children */
+static int count_tally(PyObject *const *st, PyObject *topic, PyObject *tally) {
+    PyObject *topic_children = st[0], *delay_children = st[1], *make_topic = st[3], *make_delay = st[4];
+    PyObject *v = PySequence_Fast(tally, "a tally is [bytes, messages, delays or None]"), *c = NULL, *hn = NULL,
+             *delays = NULL;
+    if (!v)
+        return -1;
+    int r = -1;
+    if (PySequence_Fast_GET_SIZE(v) != 3) {
+        PyErr_SetString(PyExc_ValueError, "a tally is [bytes, messages, delays or None]");
+        goto done;
+    }
+    if (!(c = get_or_make(topic_children, topic, make_topic)) || tuple_of(c, 6, "a topic's children") < 0
+        || inc(PyTuple_GET_ITEM(c, 0), Py_NewRef(PySequence_Fast_GET_ITEM(v, 0))) < 0
+        || inc(PyTuple_GET_ITEM(c, 1), Py_NewRef(PySequence_Fast_GET_ITEM(v, 1))) < 0)
+        goto done;
+    if (PySequence_Fast_GET_ITEM(v, 2) != Py_None) {
+        if (!(hn = get_or_make(delay_children, topic, make_delay)) || tuple_of(hn, 2, "a topic's delay children") < 0
+            || !(delays = PySequence_Fast(PySequence_Fast_GET_ITEM(v, 2), "a tally's delays are a list")))
+            goto done;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(delays); i++) {
+            PyObject *d = Py_NewRef(PySequence_Fast_GET_ITEM(delays, i));
+            int ok = observe_delay(PyTuple_GET_ITEM(hn, 0), PyTuple_GET_ITEM(hn, 1), d);
+            Py_DECREF(d);
+            if (ok < 0)
+                goto done;
+        }
+    }
+    r = 0;
+done:
+    Py_XDECREF(c);
+    Py_XDECREF(hn);
+    Py_XDECREF(delays);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *produced(Hook *h, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "produced(responses, tally): tally a dict");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(args[0]), *t;
+    if (!it)
+        return NULL;
+    while ((t = PyIter_Next(it))) {
+        int r = count_topic(h->state[0], h->state[2], t);
+        Py_DECREF(t);
+        if (r < 0) {
+            Py_DECREF(it);
+            return NULL;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *tally = Py_NewRef(args[1]), *topic, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(tally, &pos, &topic, &v)) {
+        Py_INCREF(topic);
+        int r = count_tally(h->state, topic, v);
+        Py_DECREF(topic);
+        if (r < 0) {
+            Py_DECREF(tally);
+            return NULL;
+        }
+    }
+    Py_DECREF(tally);
+    Py_RETURN_NONE;
+}
+
+static PyObject *hook_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Hook *h = (Hook *)self;
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_SetString(PyExc_TypeError, "a metrics hook takes no keyword arguments");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    return h->kind == REQUEST_DONE ? request_done(h, args, nargs) : produced(h, args, nargs);
+}
+
+static int hook_traverse(Hook *h, visitproc visit, void *arg) {
+    for (int i = 0; i < 5; i++)
+        Py_VISIT(h->state[i]);
+    return 0;
+}
+
+static int hook_clear(Hook *h) {
+    for (int i = 0; i < 5; i++)
+        Py_CLEAR(h->state[i]);
+    return 0;
+}
+
+static void hook_dealloc(Hook *h) {
+    PyObject_GC_UnTrack(h);
+    hook_clear(h);
+    PyObject_GC_Del(h);
+}
+
+static PyTypeObject HookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._metrics.Hook",
+    .tp_basicsize = sizeof(Hook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A BrokerMetrics method, compiled, bound to its metrics' children (see request_done_hook, "
+              "produced_hook).",
+    .tp_vectorcall_offset = offsetof(Hook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)hook_traverse,
+    .tp_clear = (inquiry)hook_clear,
+    .tp_dealloc = (destructor)hook_dealloc,
+};
+
+static PyObject *new_hook(int kind, PyObject *const *args, Py_ssize_t nargs, const char *usage) {
+    if (!counter_type) {
+        PyErr_SetString(PyExc_RuntimeError, "broker._metrics.setup() was not called");
+        return NULL;
+    }
+    if (nargs != 5 || !PyDict_Check(args[0]) || !PyDict_Check(args[kind == REQUEST_DONE ? 2 : 1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    Hook *h = PyObject_GC_New(Hook, &HookType);
+    if (!h)
+        return NULL;
+    h->vectorcall = hook_vectorcall;
+    h->kind = kind;
+    for (int i = 0; i < 5; i++)
+        h->state[i] = Py_NewRef(args[i]);
+    PyObject_GC_Track(h);
+    return (PyObject *)h;
+}
+
+static PyObject *mx_request_done_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return new_hook(REQUEST_DONE, args, nargs,
+                    "request_done_hook(api_children, make_api, walks, walk_of, count_errors): dicts first and third");
+}
+
+static PyObject *mx_produced_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return new_hook(PRODUCED, args, nargs,
+                    "produced_hook(topic_children, delay_children, topic_if_exists, make_topic, make_delay): "
+                    "dicts first and second");
+}
+
+static PyObject *mx_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup(counter_cls, histogram_cls)");
+        return NULL;
+    }
+    Py_XSETREF(counter_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(histogram_type, (PyTypeObject *)Py_NewRef(args[1]));
+    value_off = slot_offset(counter_type, s_value);
+    counts_off = slot_offset(histogram_type, s_counts);
+    sum_off = slot_offset(histogram_type, s_sum);
+    bounds_off = slot_offset(histogram_type, s_bounds);
+    ms_buckets_off = slot_offset(histogram_type, s_ms_buckets);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))mx_setup, METH_FASTCALL, "setup(counter_cls, histogram_cls)"},
+    {"request_done_hook", (PyCFunction)(void (*)(void))mx_request_done_hook, METH_FASTCALL,
+     "request_done_hook(api_children, make_api, walks, walk_of, count_errors) -> request_done(api_key, response, "
+     "seconds)"},
+    {"produced_hook", (PyCFunction)(void (*)(void))mx_produced_hook, METH_FASTCALL,
+     "produced_hook(topic_children, delay_children, topic_if_exists, make_topic, make_delay) -> "
+     "produced(responses, tally)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_metrics", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__metrics(void) {
+    if (PyType_Ready(&HookType) < 0)
+        return NULL;
+    if (!(s_value = PyUnicode_InternFromString("value")) || !(s_counts = PyUnicode_InternFromString("counts"))
+        || !(s_sum = PyUnicode_InternFromString("sum")) || !(s_bounds = PyUnicode_InternFromString("bounds"))
+        || !(s_ms_buckets = PyUnicode_InternFromString("ms_buckets"))
+        || !(s_observe_ms = PyUnicode_InternFromString("observe_ms")) || !(s_name = PyUnicode_InternFromString("name"))
+        || !(s_partition_responses = PyUnicode_InternFromString("partition_responses"))
+        || !(s_error_code = PyUnicode_InternFromString("error_code")) || !(one = PyLong_FromLong(1))
+        || !(thousand = PyFloat_FromDouble(1000.0)))
+        return NULL;
+    return PyModule_Create(&module);
+}
