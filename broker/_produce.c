@@ -15,7 +15,8 @@
  * then may call run() again for the rest. The tests run the same requests through both
  * and compare answers, files, offsets and metrics.
  *
- *   setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate)
+ *   setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate,
+ *         new_topic_answer, new_request_answer, not_common)
  *       once, from broker.handlers.produce at import
  *   run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception)
  *       ``logs``: the log manager's {(topic, partition): Log}; ``items``: the request's
@@ -27,6 +28,17 @@
  *       ``tally``: None (metrics off) or {topic: [bytes, messages, delays]} added to for
  *       each non-duplicate append, as produce.py's _count adds; ``notify``: None or
  *       ctx.notify_append, called (topic, partition) after each non-duplicate append.
+ *   handle(request, logs, now_ms, tally, notify, produced)
+ *       -> response | None | not_common | (position, items, results, exception or None)
+ *       A whole Produce v3+ request the way produce.handle takes it when it has no
+ *       transactional id and acks of -1, 0 or 1 (else ``not_common``, nothing done), its
+ *       caller having checked authorization is not needed: the items made from its
+ *       topic_data, any transactional first batch answered by the Python path
+ *       (``not_common``, before anything is appended), then run() from the first; when
+ *       every item is taken, the answer as produce._respond makes it (a topic answer per
+ *       topic, ``produced`` (the metrics' hook, or None) told, None for acks=0). When an
+ *       item is not taken it returns where the run stopped, for the handler's loop to
+ *       go on from there.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,14 +48,20 @@
 #define ATTR_LOW 22         /* the attributes' low byte (big-endian int16 at 21) */
 #define TRANSACTIONAL 0x10  /* in that byte */
 
-static PyObject *append_produced, *new_answer, *no_leader, *internal_topics, *on_duplicate, *zero, *one;
+static PyObject *append_produced, *new_answer, *no_leader, *internal_topics, *on_duplicate, *new_topic_answer,
+    *new_request_answer, *not_common, *zero, *one, *s_acks, *s_transactional_id, *s_topic_data, *s_name,
+    *s_partition_data, *s_index, *s_records;
 
 static PyObject *pr_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyAnySet_Check(args[3])) {
+    if (nargs != 8 || !PyAnySet_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "setup(append_produced, new_answer, no_leader, internal_topics, "
-                                         "on_duplicate): internal_topics a set");
+                                         "on_duplicate, new_topic_answer, new_request_answer, not_common): "
+                                         "internal_topics a set");
         return NULL;
     }
+    Py_XSETREF(new_topic_answer, Py_NewRef(args[5]));
+    Py_XSETREF(new_request_answer, Py_NewRef(args[6]));
+    Py_XSETREF(not_common, Py_NewRef(args[7]));
     Py_XSETREF(append_produced, Py_NewRef(args[0]));
     Py_XSETREF(new_answer, Py_NewRef(args[1]));
     Py_XSETREF(no_leader, Py_NewRef(args[2]));
@@ -232,6 +250,9 @@ done:
     return status;
 }
 
+static PyObject *run_from(PyObject *logs, PyObject *items, Py_ssize_t i, PyObject *now_obj, PyObject *results,
+                          PyObject *tally, PyObject *notify);
+
 static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "run(logs, items, start, now_ms, results, tally, notify)");
@@ -252,6 +273,12 @@ static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                                          "or None");
         return NULL;
     }
+    return run_from(logs, items, i, now_obj, results, tally, notify);
+}
+
+/* run()'s loop: the position where it stopped, or (position, exception) */
+static PyObject *run_from(PyObject *logs, PyObject *items, Py_ssize_t i, PyObject *now_obj, PyObject *results,
+                          PyObject *tally, PyObject *notify) {
     for (; i < PyList_GET_SIZE(items); i++) {
         PyObject *item = Py_NewRef(PyList_GET_ITEM(items, i));  /* held while Python code runs */
         int status = take(logs, item, now_obj, results, tally, notify);
@@ -266,19 +293,193 @@ static PyObject *pr_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
+/* whether records (a partition's, None or bytes-like) start with a transactional v2
+ * batch, as produce.handle's scan asks (Kafka's RequestUtils.hasTransactionalRecords):
+ * 1, 0, -1 with an error set */
+static int transactional_first(PyObject *records) {
+    if (records == Py_None)
+        return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0)
+        return -1;
+    const unsigned char *b = view.buf;
+    int t = view.len >= V2_HEADER && b[MAGIC_POS] == 2 && (b[ATTR_LOW] & TRANSACTIONAL);
+    PyBuffer_Release(&view);
+    return t;
+}
+
+/* the request's (topic, partition, records) items in request order, and the number of
+ * partitions of each topic in ``counts``; NULL with ``*common`` 0 when a partition's first
+ * batch is transactional (the Python path's case), NULL with an error set otherwise */
+static PyObject *items_of(PyObject *topic_data, PyObject *counts, int *common) {
+    PyObject *items = PyList_New(0), *topics = PySequence_Fast(topic_data, "topic_data is a list");
+    *common = 1;
+    if (!items || !topics)
+        goto fail;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
+        PyObject *td = PySequence_Fast_GET_ITEM(topics, t);
+        PyObject *name = PyObject_GetAttr(td, s_name), *pd = NULL, *parts = NULL;
+        if (!name || !(pd = PyObject_GetAttr(td, s_partition_data))
+            || !(parts = PySequence_Fast(pd, "partition_data is a list"))) {
+            Py_XDECREF(name);
+            Py_XDECREF(pd);
+            goto fail;
+        }
+        Py_DECREF(pd);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
+        PyObject *count = PyLong_FromSsize_t(n);
+        int ok = count && PyList_Append(counts, count) == 0;
+        Py_XDECREF(count);
+        for (Py_ssize_t p = 0; ok && p < n; p++) {
+            PyObject *pp = PySequence_Fast_GET_ITEM(parts, p), *index = PyObject_GetAttr(pp, s_index), *records = NULL,
+                     *item = NULL;
+            int txn = -1;
+            if (index && (records = PyObject_GetAttr(pp, s_records)) && (txn = transactional_first(records)) == 0
+                && (item = PyTuple_Pack(3, name, index, records)))
+                ok = PyList_Append(items, item) == 0;
+            else
+                ok = 0;
+            if (txn == 1)
+                *common = 0;
+            Py_XDECREF(index);
+            Py_XDECREF(records);
+            Py_XDECREF(item);
+        }
+        Py_DECREF(name);
+        Py_DECREF(parts);
+        if (!ok)
+            goto fail;
+    }
+    Py_DECREF(topics);
+    return items;
+fail:
+    Py_XDECREF(items);
+    Py_XDECREF(topics);
+    return NULL;
+}
+
+/* produce._respond: a topic answer per topic (its partitions' answers, in request
+ * order), the metrics told, the request's answer (None for acks=0) */
+static PyObject *respond(PyObject *topic_data, PyObject *counts, PyObject *results, PyObject *tally,
+                         PyObject *produced, long acks) {
+    PyObject *responses = PyList_New(0), *topics = PySequence_Fast(topic_data, "topic_data is a list");
+    if (!responses || !topics)
+        goto fail;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
+        Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
+        PyObject *name = PyObject_GetAttr(PySequence_Fast_GET_ITEM(topics, t), s_name), *parts = NULL, *answer = NULL;
+        int ok = name && (parts = PyList_GetSlice(results, at, at + n));
+        if (ok) {
+            PyObject *fields[2] = {name, parts};  /* name, partition_responses */
+            ok = (answer = PyObject_Vectorcall(new_topic_answer, fields, 2, NULL)) && PyList_Append(responses, answer) == 0;
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(parts);
+        Py_XDECREF(answer);
+        if (!ok)
+            goto fail;
+        at += n;
+    }
+    Py_CLEAR(topics);
+    if (produced != Py_None) {
+        PyObject *margs[2] = {responses, tally};
+        PyObject *r = PyObject_Vectorcall(produced, margs, 2, NULL);
+        if (!r)
+            goto fail;
+        Py_DECREF(r);
+    }
+    if (acks == 0) {
+        Py_DECREF(responses);
+        Py_RETURN_NONE;
+    }
+    PyObject *fields[2] = {responses, zero};  /* responses, throttle_time_ms */
+    PyObject *answer = PyObject_Vectorcall(new_request_answer, fields, 2, NULL);
+    Py_DECREF(responses);
+    return answer;
+fail:
+    Py_XDECREF(responses);
+    Py_XDECREF(topics);
+    return NULL;
+}
+
+static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "handle(request, logs, now_ms, tally, notify, produced)");
+        return NULL;
+    }
+    if (!new_topic_answer) {
+        PyErr_SetString(PyExc_RuntimeError, "broker._produce.setup() was not called");
+        return NULL;
+    }
+    PyObject *request = args[0], *logs = args[1], *now_obj = args[2], *tally = args[3], *notify = args[4],
+             *produced = args[5];
+    if (!PyDict_Check(logs) || !PyLong_Check(now_obj) || (tally != Py_None && !PyDict_Check(tally))) {
+        PyErr_SetString(PyExc_TypeError, "handle: logs a dict, now_ms an int, tally a dict or None");
+        return NULL;
+    }
+    PyObject *acks_obj = PyObject_GetAttr(request, s_acks);
+    if (!acks_obj)
+        return NULL;
+    int overflow;
+    long acks = PyLong_Check(acks_obj) ? PyLong_AsLongAndOverflow(acks_obj, &overflow) : 2;
+    Py_DECREF(acks_obj);
+    if (acks == -1 && PyErr_Occurred())
+        return NULL;
+    if (acks < -1 || acks > 1 || overflow)
+        return Py_NewRef(not_common);
+    PyObject *txn_id = PyObject_GetAttr(request, s_transactional_id);
+    if (!txn_id)
+        return NULL;
+    Py_DECREF(txn_id);
+    if (txn_id != Py_None)
+        return Py_NewRef(not_common);
+    PyObject *topic_data = PyObject_GetAttr(request, s_topic_data), *counts = PyList_New(0), *items = NULL,
+             *results = NULL, *stop = NULL, *out = NULL;
+    int common = 1;
+    if (!topic_data || !counts || !(items = items_of(topic_data, counts, &common))) {
+        if (!PyErr_Occurred() && !common)
+            out = Py_NewRef(not_common);
+        goto done;
+    }
+    if (!(results = PyList_New(0)) || !(stop = run_from(logs, items, 0, now_obj, results, tally, notify)))
+        goto done;
+    if (PyLong_Check(stop) && PyLong_AsSsize_t(stop) == PyList_GET_SIZE(items))
+        out = respond(topic_data, counts, results, tally, produced, acks);
+    else if (PyLong_Check(stop))  /* stopped at an item the Python path takes */
+        out = PyTuple_Pack(4, stop, items, results, Py_None);
+    else  /* (position, exception) */
+        out = PyTuple_Pack(4, PyTuple_GET_ITEM(stop, 0), items, results, PyTuple_GET_ITEM(stop, 1));
+done:
+    Py_XDECREF(topic_data);
+    Py_XDECREF(counts);
+    Py_XDECREF(items);
+    Py_XDECREF(results);
+    Py_XDECREF(stop);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))pr_setup, METH_FASTCALL,
-     "setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate)"},
+     "setup(append_produced, new_answer, no_leader, internal_topics, on_duplicate, new_topic_answer, "
+     "new_request_answer, not_common)"},
     {"run", (PyCFunction)(void (*)(void))pr_run, METH_FASTCALL,
      "run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception): the common case of "
      "a run of a Produce v3+ request's partitions"},
+    {"handle", (PyCFunction)(void (*)(void))pr_handle, METH_FASTCALL,
+     "handle(request, logs, now_ms, tally, notify, produced) -> response | None | not_common | (position, items, "
+     "results, exception or None): a whole Produce v3+ request without a transactional id"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__produce(void) {
-    if (!(zero = PyLong_FromLong(0)) || !(one = PyLong_FromLong(1)))
+    if (!(zero = PyLong_FromLong(0)) || !(one = PyLong_FromLong(1)) || !(s_acks = PyUnicode_InternFromString("acks"))
+        || !(s_transactional_id = PyUnicode_InternFromString("transactional_id"))
+        || !(s_topic_data = PyUnicode_InternFromString("topic_data")) || !(s_name = PyUnicode_InternFromString("name"))
+        || !(s_partition_data = PyUnicode_InternFromString("partition_data"))
+        || !(s_index = PyUnicode_InternFromString("index")) || !(s_records = PyUnicode_InternFromString("records")))
         return NULL;
     return PyModule_Create(&module);
 }

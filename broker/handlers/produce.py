@@ -87,8 +87,24 @@ def _error(index, code, message=None, record_errors=()):
 
 def handle(ctx, header, request, session=None):
     version = header.api_version
+    if COMMON is not None and version >= 3 and (session is None or ctx.authorizer is None):
+        # a request without a transactional id, acks -1, 0 or 1 and no transactional
+        # batch, in one call (broker/_produce.c handle): this function's steps below
+        # and _respond's, for as long as the compiled loop takes its partitions
+        metrics = ctx.metrics
+        now = ctx.clock.time_ms()
+        tally = {} if metrics is not None else None
+        r = COMMON(request, ctx.log_manager.logs_by_key, now, tally,
+                   ctx.notify_append if ctx.fetch_waiters else None, None if metrics is None else metrics.produced)
+        if r is not _NOT_COMMON:
+            if r.__class__ is not tuple:
+                return r  # the answer (None for acks=0)
+            i, items, results, exc = r  # stopped at item i (exc: the exception its append raised)
+            if exc is not None:
+                results.append(_refused(items[i][0], items[i][1], exc))
+                i += 1
+            return _append_from(ctx, version, request, request.acks, items, i, results, now, tally)
     acks = request.acks
-    lm = ctx.log_manager
     responses = []
     if acks not in (-1, 0, 1):
         for t in request.topic_data:
@@ -143,20 +159,26 @@ def handle(ctx, header, request, session=None):
         denied = ctx.unauthorized(session, A.WRITE, A.TOPIC, [t.name for t in request.topic_data], "Produce")
         if denied:
             items = [(t, p, _DENIED if t in denied else r) for t, p, r in items]
-    results: list = []
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
-    max_bytes = ctx.config.socket_request_max_bytes  # read once, not per partition
-    now = ctx.clock.time_ms()  # so is the clock: one append time for the request's partitions
+    now = ctx.clock.time_ms()  # one append time for the request's partitions
     # what the metrics count, gathered for one call at the end (None: metrics off): see _count
     tally = {} if ctx.metrics is not None else None
+    return _append_from(ctx, version, request, acks, items, 0, [], now, tally)
+
+
+def _append_from(ctx, version, request, acks, items, i, results, now, tally):
+    """Each of ``items`` from the ``i``-th appended and answered (``results``: the
+    answers of those before it), then the request's answer (_respond)."""
+    lm = ctx.log_manager
+    max_bytes = ctx.config.socket_request_max_bytes  # read once, not per partition
     # Produce v3+ (one v2 batch per partition): runs of partitions in the common case go
     # through the compiled loop (broker/_produce.c), each other one through _append_one
     run = RUN if version >= 3 else None
     if run is not None:
         logs = lm.logs_by_key
         notify = ctx.notify_append if ctx.fetch_waiters else None  # none is added meanwhile
-    i, n = 0, len(items)
+    n = len(items)
     while i < n:
         if run is not None:
             i = run(logs, items, i, now, results, tally, notify)
@@ -383,10 +405,14 @@ _HEADER_SIZE, _MAGIC_OFFSET, _TXN_ATTR_BYTE, _TXN_MASK = (
     rec.HEADER_SIZE, rec.MAGIC_OFFSET, rec.ATTRIBUTES_OFFSET + 1, rec.TRANSACTIONAL_MASK)
 
 
-#: broker/_produce.c's run, set up with what it calls; None when it is not built, or when
-#: the steps it calls are not compiled either (then it would save little)
-RUN = None
+#: what broker/_produce.c's handle answers for a request that is not its case
+_NOT_COMMON = object()
+
+#: broker/_produce.c's run and handle, set up with what they call; None when it is not
+#: built, or when the steps it calls are not compiled either (then it would save little)
+RUN = COMMON = None
 if _produce is not None and compiled_append_produced is not None and record_walk.COMPILED:
     _produce.setup(compiled_append_produced, _new_partition_response, _NO_LEADER_HINT, frozenset(INTERNAL_TOPICS),
-                   _duplicate)
+                   _duplicate, _new_topic_response, _new_produce_response, _NOT_COMMON)
     RUN = _produce.run
+    COMMON = _produce.handle

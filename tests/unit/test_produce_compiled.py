@@ -58,8 +58,8 @@ def _broker(log_dir: Path):
     return ctx, Dispatcher(ctx)
 
 
-def _batch(rng: random.Random, now: int, pid=-1, epoch=-1, seq=-1, gz=False) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=1 if gz else 0, is_transactional=False,
+def _batch(rng: random.Random, now: int, pid=-1, epoch=-1, seq=-1, gz=False, txn=False) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=1 if gz else 0, is_transactional=txn,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq, batch_size=1 << 30)
     for i in range(rng.randint(1, 3)):
         ts = now - rng.randint(-2000, 60_000)  # some from the future: a negative append delay
@@ -108,6 +108,8 @@ def _records(rng, now, topic, partition, producers):
         return b""
     if kind < 0.95:
         return None
+    if kind < 0.97:  # transactional, in a request without a transactional id: all of it refused
+        return _batch(rng, now, 2000, 0, 0, txn=True)
     return _batch(rng, now)[:40]  # truncated
 
 
@@ -142,8 +144,12 @@ def _topic_series(metrics: BrokerMetrics) -> list[str]:
                   if line.startswith(("chronolog_topic_", "chronolog_produce_append_delay")))
 
 
-def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch):
-    assert _RUN is not None, "broker/_produce.c is not built (make test builds it)"
+@pytest.mark.parametrize("compiled_side", ["run", "handle"])
+def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch, compiled_side):
+    """``run``: the compiled per-partition loop called by the Python handler; ``handle``:
+    the whole request compiled (broker/_produce.c handle) where it can be, going on
+    with the handler's loop where it stops."""
+    assert _RUN is not None and _COMMON is not None, "broker/_produce.c is not built (make test builds it)"
     rng = random.Random(1729)
     compiled, python = _broker(tmp_path / "compiled"), _broker(tmp_path / "python")
     taken_by_python = {"compiled": 0, "python": 0}
@@ -154,6 +160,14 @@ def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch):
             taken_by_python[side] += 1
             return original(*args, **kwargs)
         return append_one
+
+    outcomes = {"answered": 0, "went on": 0, "not its case": 0}
+
+    def common(*args):  # the compiled handle, its outcomes counted
+        r = _COMMON(*args)
+        outcomes["not its case" if r is produce._NOT_COMMON else "went on" if isinstance(r, tuple)
+                 else "answered"] += 1
+        return r
 
     producers = _Producers()
     loop = asyncio.new_event_loop()
@@ -169,6 +183,8 @@ def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch):
                 ctx.wait_for_append([("ct", 1)], waiter)
                 monkeypatch.setattr(produce, "_append_one", counting(side))
                 monkeypatch.setattr(produce, "RUN", _RUN if side == "compiled" else None)
+                monkeypatch.setattr(produce, "COMMON", common if side == "compiled" and compiled_side == "handle"
+                                    else None)
                 answers.append((dispatcher.dispatch(_Conn(), memoryview(bytearray(frame))), waiter.done()))
                 ctx.forget_waiter([("ct", 1)], waiter)
             assert answers[0] == answers[1], f"request {i}"
@@ -180,6 +196,9 @@ def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch):
     # common ones (about a third of this mix) on its side
     assert taken_by_python["python"] > 1000
     assert 300 < taken_by_python["compiled"] < taken_by_python["python"] - 300
+    if compiled_side == "handle":  # v3+ requests: whole, gone on with, left to the handler
+        assert min(outcomes.values()) >= 10, outcomes
 
 
 _RUN = produce.RUN
+_COMMON = produce.COMMON
