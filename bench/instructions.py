@@ -167,7 +167,9 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
            sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
            str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    # one hash seed: dict and set layouts (and so a few hundred instructions per request)
+    # are the same from run to run and from checkout to checkout
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONHASHSEED="0"))
     dumps = sorted(p for p in Path(workdir).glob("cg.out.*"))
     if proc.returncode != 0 or not dumps:
         raise SystemExit(f"callgrind run of {shape!r} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

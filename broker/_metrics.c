@@ -15,8 +15,15 @@
  *
  *   setup(counter_cls, histogram_cls)
  *       once, from broker.metrics at import: where the children's slots are
- *   request_done_hook(api_children, make_api, walks, walk_of, count_errors)
- *       -> request_done(api_key, response, seconds)
+ *   request_done_hook(api_children, make_api, walk_plans, walk_plan_of, count_errors)
+ *       -> request_done(api_key, response, seconds); the response's error codes found by
+ *       walk() below, over the plan of its class (walk_plans: {class: plan}, walk_plan_of
+ *       makes a missing one)
+ *   walk(plan, response, codes)
+ *       every non-zero error_code in the response appended to the list ``codes``, as the
+ *       walk metrics.py compiles for its class finds them. A plan, made from the class's
+ *       schema by metrics._walk_plan: (has_error_code, ((attr, is_array, plan), ...)),
+ *       the fields holding structs with an error code somewhere below, in field order
  *   produced_hook(topic_children, delay_children, topic_if_exists, make_topic, make_delay)
  *       -> produced(responses, tally)
  */
@@ -178,6 +185,72 @@ static int tuple_of(PyObject *t, Py_ssize_t n, const char *what) {
     return -1;
 }
 
+/* ------------------------------------------------------------------------------- walk */
+static int walk(PyObject *plan, PyObject *obj, PyObject *codes, int depth) {
+    if (depth > 16) {
+        PyErr_SetString(PyExc_RecursionError, "error code walk too deep");
+        return -1;
+    }
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 1))) {
+        PyErr_SetString(PyExc_TypeError, "a walk plan is (has_error_code, ((attr, is_array, plan), ...))");
+        return -1;
+    }
+    if (PyTuple_GET_ITEM(plan, 0) == Py_True) {
+        PyObject *c = PyObject_GetAttr(obj, s_error_code);
+        if (!c)
+            return -1;
+        int set = PyObject_IsTrue(c);
+        if (set < 0 || (set && PyList_Append(codes, c) < 0)) {
+            Py_DECREF(c);
+            return -1;
+        }
+        Py_DECREF(c);
+    }
+    PyObject *children = PyTuple_GET_ITEM(plan, 1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(children); i++) {
+        PyObject *child = PyTuple_GET_ITEM(children, i);
+        if (!PyTuple_Check(child) || PyTuple_GET_SIZE(child) != 3) {
+            PyErr_SetString(PyExc_TypeError, "a walk plan's field is (attr, is_array, plan)");
+            return -1;
+        }
+        PyObject *sub = PyTuple_GET_ITEM(child, 2), *x = PyObject_GetAttr(obj, PyTuple_GET_ITEM(child, 0));
+        if (!x)
+            return -1;
+        int r = 0;
+        if (PyTuple_GET_ITEM(child, 1) == Py_True) {  /* for y in x or (): */
+            int any = PyObject_IsTrue(x);
+            PyObject *it = any > 0 ? PyObject_GetIter(x) : NULL, *y;
+            if (any < 0 || (any > 0 && !it)) {
+                r = -1;
+            } else if (it) {
+                while (r == 0 && (y = PyIter_Next(it))) {
+                    r = walk(sub, y, codes, depth + 1);
+                    Py_DECREF(y);
+                }
+                if (r == 0 && PyErr_Occurred())
+                    r = -1;
+                Py_DECREF(it);
+            }
+        } else if (x != Py_None) {
+            r = walk(sub, x, codes, depth + 1);
+        }
+        Py_DECREF(x);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *mx_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "walk(plan, response, codes): codes a list");
+        return NULL;
+    }
+    if (walk(args[0], args[1], args[2], 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------------- hooks */
 enum { REQUEST_DONE, PRODUCED };
 
@@ -193,23 +266,20 @@ static PyObject *request_done(Hook *h, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "request_done(api_key, response, seconds)");
         return NULL;
     }
-    PyObject *api_children = h->state[0], *make_api = h->state[1], *walks = h->state[2], *walk_of = h->state[3],
+    PyObject *api_children = h->state[0], *make_api = h->state[1], *plans = h->state[2], *plan_of = h->state[3],
              *count_errors = h->state[4], *response = args[1];
     PyObject *c = get_or_make(api_children, args[0], make_api);
     if (!c)
         return NULL;
-    PyObject *codes = NULL, *walk = NULL, *r = NULL;
+    PyObject *codes = NULL, *plan = NULL, *r = NULL;
     if (tuple_of(c, 3, "an API's children") < 0 || inc(PyTuple_GET_ITEM(c, 0), Py_NewRef(one)) < 0
         || observe(PyTuple_GET_ITEM(c, 1), args[2]) < 0)
         goto done;
     if (response != Py_None) {
         PyObject *cls = (PyObject *)Py_TYPE(response);
-        if (!(walk = get_or_make(walks, cls, walk_of)) || !(codes = PyList_New(0)))
+        if (!(plan = get_or_make(plans, cls, plan_of)) || !(codes = PyList_New(0))
+            || walk(plan, response, codes, 0) < 0)
             goto done;
-        PyObject *w = PyObject_CallFunctionObjArgs(walk, response, codes, NULL);
-        if (!w)
-            goto done;
-        Py_DECREF(w);
         if (PyList_GET_SIZE(codes)) {
             PyObject *e = PyObject_CallFunctionObjArgs(count_errors, PyTuple_GET_ITEM(c, 2), codes, NULL);
             if (!e)
@@ -220,7 +290,7 @@ static PyObject *request_done(Hook *h, PyObject *const *args, Py_ssize_t nargs) 
     r = Py_NewRef(Py_None);
 done:
     Py_DECREF(c);
-    Py_XDECREF(walk);
+    Py_XDECREF(plan);
     Py_XDECREF(codes);
     return r;
 }
@@ -404,7 +474,8 @@ static PyObject *new_hook(int kind, PyObject *const *args, Py_ssize_t nargs, con
 
 static PyObject *mx_request_done_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return new_hook(REQUEST_DONE, args, nargs,
-                    "request_done_hook(api_children, make_api, walks, walk_of, count_errors): dicts first and third");
+                    "request_done_hook(api_children, make_api, walk_plans, walk_plan_of, count_errors): dicts first "
+                    "and third");
 }
 
 static PyObject *mx_produced_hook(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -433,8 +504,10 @@ static PyObject *mx_setup(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))mx_setup, METH_FASTCALL, "setup(counter_cls, histogram_cls)"},
     {"request_done_hook", (PyCFunction)(void (*)(void))mx_request_done_hook, METH_FASTCALL,
-     "request_done_hook(api_children, make_api, walks, walk_of, count_errors) -> request_done(api_key, response, "
-     "seconds)"},
+     "request_done_hook(api_children, make_api, walk_plans, walk_plan_of, count_errors) -> request_done(api_key, "
+     "response, seconds)"},
+    {"walk", (PyCFunction)(void (*)(void))mx_walk, METH_FASTCALL,
+     "walk(plan, response, codes): the response's non-zero error codes appended to codes"},
     {"produced_hook", (PyCFunction)(void (*)(void))mx_produced_hook, METH_FASTCALL,
      "produced_hook(topic_children, delay_children, topic_if_exists, make_topic, make_delay) -> "
      "produced(responses, tally)"},

@@ -282,6 +282,14 @@ class _ErrorCodeWalker:
 
     def __init__(self) -> None:
         self.walks: dict[type, Callable] = {}
+        self.plans: dict[type, tuple] = {}
+
+    def plan_of(self, cls) -> tuple:
+        """broker/_metrics.c's walk of responses of class ``cls`` (see _walk_plan)."""
+        plan = self.plans.get(cls)
+        if plan is None:
+            plan = self.plans[cls] = _walk_plan(getattr(cls, "_struct_spec", None), 0)
+        return plan
 
     def walk_of(self, cls) -> Callable:
         """The walk of responses of class ``cls``: ``walk(response, out)`` appends their
@@ -290,6 +298,18 @@ class _ErrorCodeWalker:
         if walk is None:
             walk = self.walks[cls] = _compile_walk(getattr(cls, "_struct_spec", None))
         return walk
+
+
+def _walk_plan(spec, depth: int) -> tuple:
+    """What _compile_walk writes as code, as data for broker/_metrics.c's walk:
+    (whether the struct has an error_code, ((attr, is_array, plan), ...) for each field,
+    in order, holding structs with an error code below)."""
+    if depth > 8:  # as _compile_walk
+        raise RecursionError("error code walk too deep")
+    fields = list(spec.fields) if spec is not None else []
+    return (any(f.py_name == "error_code" for f in fields),
+            tuple((f.py_name, bool(f.is_array), _walk_plan(f.struct, depth + 1)) for f in fields
+                  if f.struct is not None and _holds_error_code(f.struct)))
 
 
 def _compile_walk(spec) -> Callable:
@@ -422,8 +442,8 @@ class BrokerMetrics:
         # in chronolog_request_errors_total. Set by attach_state.
         self.topic_exists: Callable[[str], bool] = lambda topic: True
         if _metrics is not None:  # the two hot methods compiled (broker/_metrics.c), bound to these children
-            self.request_done = _metrics.request_done_hook(self._api_children, self._api, self._walks,
-                                                           self._walker.walk_of, self._count_errors)
+            self.request_done = _metrics.request_done_hook(self._api_children, self._api, self._walker.plans,
+                                                           self._walker.plan_of, self._count_errors)
             self.produced = _metrics.produced_hook(self._topic_children, self._delay_children,
                                                    self._topic_if_exists, self._topic, self._delay)
 

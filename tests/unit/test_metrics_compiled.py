@@ -11,10 +11,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from broker import metrics as M
 from broker.metrics import BrokerMetrics
 from protocol.messages import FetchResponse, MetadataResponse, ProduceResponse
+from tests.unit.test_codec_roundtrip import message_strategy
 
 P = ProduceResponse.PartitionProduceResponse
 T = ProduceResponse.TopicProduceResponse
@@ -124,3 +126,26 @@ def test_a_bad_call_is_refused():
         compiled.produced([], [])
     with pytest.raises(TypeError):
         compiled.request_done(0, None, seconds=1.0)
+
+
+def _response_cases():
+    from protocol.schema import load_message, message_names
+
+    return [(n, max(load_message(n).valid_versions)) for n in sorted(message_names()) if n.endswith("Response")]
+
+
+@pytest.mark.parametrize("name,version", _response_cases(), ids=lambda v: str(v))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_compiled_walk_finds_the_codes_the_python_walk_finds(name, version, data):
+    """Every response message, random: the error codes broker/_metrics.c's walk finds over
+    the class's plan are the ones (in the same order) of the walk compiled in Python."""
+    from broker import _metrics
+    from broker.metrics import _ErrorCodeWalker
+
+    msg = data.draw(message_strategy(name, version, tagged=True, unknown_tags=False))
+    walker = _ErrorCodeWalker()
+    expected, got = [], []
+    walker.walk_of(type(msg))(msg, expected)
+    _metrics.walk(walker.plan_of(type(msg)), msg, got)
+    assert got == expected
