@@ -28,6 +28,8 @@ from broker.memory_pool import RequestMemoryPool
 
 log = logging.getLogger("chronolog.dispatcher")
 
+_decode_request = codec.decode_request_compiled  # protocol/_fastwire.c's, or None
+
 # api key -> (min version, max version, handler)
 SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     0: (0, 11, handlers.produce.handle),
@@ -175,13 +177,19 @@ class Dispatcher:
             result = self.authenticator.handle_unauthenticated(conn, frame)
             if result is not SERVE:
                 return result
-        try:
-            # frames are memoryviews of the connection's bytearray (format "B")
-            header, offset = codec.decode_request_header_view(frame)
-        except codec.DecodeError as exc:
-            log.warning("closing connection from %s: undecodable request header: %s", conn._peer, exc)
-            conn.close()
-            return None
+        # a pair met before: header and body in one call (None: the steps below, which
+        # name any problem); frames are memoryviews of the connection's bytearray ("B")
+        decoded = _decode_request(codec.REQUEST_TABLE, frame) if _decode_request is not None else None
+        if decoded is not None:
+            header, offset, request = decoded
+        else:
+            request = None
+            try:
+                header, offset = codec.decode_request_header_view(frame)
+            except codec.DecodeError as exc:
+                log.warning("closing connection from %s: undecodable request header: %s", conn._peer, exc)
+                conn.close()
+                return None
         api_key, version = header.api_key, header.api_version
         if authenticated:
             if api_key in SASL_KEYS:
@@ -206,18 +214,19 @@ class Dispatcher:
             )
             conn.close()
             return None
-        try:
-            request = codec.decode_request_body_view(header, frame, offset)
-        except codec.DecodeError as exc:
-            log.warning(
-                "closing connection from %s: malformed %s v%d request: %s",
-                conn._peer,
-                codec.API_KEYS.get(api_key),
-                version,
-                exc,
-            )
-            conn.close()
-            return None
+        if request is None:
+            try:
+                request = codec.decode_request_body_view(header, frame, offset)
+            except codec.DecodeError as exc:
+                log.warning(
+                    "closing connection from %s: malformed %s v%d request: %s",
+                    conn._peer,
+                    codec.API_KEYS.get(api_key),
+                    version,
+                    exc,
+                )
+                conn.close()
+                return None
         metrics = self.metrics
         started = perf_counter()
         try:

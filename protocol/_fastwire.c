@@ -951,6 +951,141 @@ static PyObject *fw_struct_new(PyObject *self, PyObject *const *args, Py_ssize_t
     return (PyObject *)sn;
 }
 
+/* ---- a request's header and body, a response with its header: one call each -------------
+ * The codec's tables of the pairs it has met, keyed by api_key << 16 | api_version:
+ *   requests:  (header plan, body plan)
+ *   responses: (plan, inline_max, flexible header, class)
+ * An (api key, version) not in its table, or anything not accepted, answers None, and the
+ * caller takes protocol/codec.py's functions, which fill the tables and name every error. */
+
+static PyObject *table_entry(PyObject *table, long api_key, long api_version, Py_ssize_t size) {
+    PyObject *key = PyLong_FromLong((api_key << 16) | (api_version & 0xFFFF));
+    if (key == NULL) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(table, key);  /* borrowed */
+    Py_DECREF(key);
+    if (entry != NULL && (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != size)) {
+        PyErr_SetString(PyExc_TypeError, "a codec table entry of the wrong shape");
+        return NULL;
+    }
+    return entry;
+}
+
+/* decode_request(requests, frame) -> (header, body_offset, request or None) | None */
+static PyObject *fw_decode_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_request(requests, frame): requests a dict");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    if (view.len < 4) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    const unsigned char *p = view.buf;
+    PyObject *entry = table_entry(args[0], (int16_t)be16(p), (int16_t)be16(p + 2), 2);
+    if (entry == NULL) {
+        if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+        goto done;
+    }
+    In in = {args[1], p, view.len};
+    Py_ssize_t at = 0;
+    PyObject *header = decode_struct(PyTuple_GET_ITEM(entry, 0), &in, &at);
+    if (header == NULL) {  /* the Python path names the problem */
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t body_at = at;
+    PyObject *body = decode_struct(PyTuple_GET_ITEM(entry, 1), &in, &at);
+    if (body == NULL) {
+        PyErr_Clear();
+        body = Py_NewRef(Py_None);
+    }
+    PyObject *offset = PyLong_FromSsize_t(body_at);
+    if (offset != NULL) result = PyTuple_Pack(3, header, offset, body);
+    Py_DECREF(header);
+    Py_DECREF(body);
+    Py_XDECREF(offset);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* encode_response(responses, api_key, api_version, correlation_id, body) -> chunks | None,
+ * as codec.encode_response makes them: the first a bytearray starting with the size prefix
+ * (counting every chunk) and the correlation id */
+static PyObject *fw_encode_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "encode_response(responses, api_key, api_version, correlation_id, body)");
+        return NULL;
+    }
+    long api_key = PyLong_AsLong(args[1]), api_version = PyLong_AsLong(args[2]), correlation_id = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (api_key < 0 || api_key > 0x7FFF || api_version < 0 || api_version > 0x7FFF || correlation_id < INT32_MIN
+        || correlation_id > INT32_MAX)
+        Py_RETURN_NONE;
+    PyObject *entry = table_entry(args[0], api_key, api_version, 4), *body = args[4];
+    if (entry == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if ((PyObject *)Py_TYPE(body) != PyTuple_GET_ITEM(entry, 3)) Py_RETURN_NONE;  /* codec checks the body */
+    Py_ssize_t inline_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1)), head = 8 + (PyTuple_GET_ITEM(entry, 2) == Py_True);
+    if (inline_max < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, head), *chunks = PyList_New(0), *result = NULL;
+    if (out == NULL || chunks == NULL) goto fail;
+    memset(PyByteArray_AS_STRING(out), 0, (size_t)head);
+    Enc e = {{NULL, 0, 0}, out, chunks, inline_max, 0};
+    int ok = encode_struct_into(PyTuple_GET_ITEM(entry, 0), body, &e, &e.buf) == 0 && enc_flush(&e) == 0;
+    PyMem_Free(e.buf.p);
+    PyObject *last = e.out;  /* the bytearray written last: ``out``, or one made after a chunk */
+    if (!ok) {
+        if (e.own_out) Py_DECREF(last);
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);  /* codec.encode_response falls back and names the problem */
+        goto fail;
+    }
+    uint32_t total;
+    if (PyList_GET_SIZE(chunks) == 0) {
+        total = (uint32_t)PyByteArray_GET_SIZE(out);
+        result = PyList_New(1);
+        if (result != NULL) PyList_SET_ITEM(result, 0, Py_NewRef(out));
+    } else {
+        if (PyByteArray_GET_SIZE(last) && PyList_Append(chunks, last) < 0) {
+            if (e.own_out) Py_DECREF(last);
+            goto fail;
+        }
+        if (e.own_out) Py_DECREF(last);
+        Py_ssize_t sum = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(chunks); i++) {
+            Py_ssize_t n = PyObject_Length(PyList_GET_ITEM(chunks, i));
+            if (n < 0) goto fail;
+            sum += n;
+        }
+        if (PyList_GET_ITEM(chunks, 0) != out) {  /* the size goes in the bytearray made here */
+            PyErr_SetString(PyExc_RuntimeError, "encode_response: the first chunk is not the header's");
+            goto fail;
+        }
+        total = (uint32_t)sum;
+        result = Py_NewRef(chunks);
+    }
+    if (result != NULL) {
+        unsigned char *h = (unsigned char *)PyByteArray_AS_STRING(out);
+        uint32_t size = total - 4, corr = (uint32_t)correlation_id;
+        h[0] = size >> 24; h[1] = size >> 16; h[2] = size >> 8; h[3] = size;
+        h[4] = corr >> 24; h[5] = corr >> 16; h[6] = corr >> 8; h[7] = corr;
+    }
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(chunks);
+    return result;
+}
+
 static PyObject *fw_fallbacks(PyObject *self, PyObject *noargs) {
     return PyLong_FromSsize_t(fallback_count);
 }
@@ -962,6 +1097,12 @@ static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))fw_encode, METH_FASTCALL,
      "encode(plan, fallback, inline_max, obj, out, chunks) -> out: the plan's message encoded as the "
      "generated encoder does, or fallback(obj, out, chunks) when it cannot"},
+    {"decode_request", (PyCFunction)(void (*)(void))fw_decode_request, METH_FASTCALL,
+     "decode_request(requests, frame) -> (header, body_offset, request or None) | None: a request frame "
+     "(without its size) of a pair in the codec's table"},
+    {"encode_response", (PyCFunction)(void (*)(void))fw_encode_response, METH_FASTCALL,
+     "encode_response(responses, api_key, api_version, correlation_id, body) -> chunks | None: "
+     "codec.encode_response for a pair in the codec's table"},
     {"fallbacks", fw_fallbacks, METH_NOARGS, "how many decodes and encodes were handed to the Python code"},
     {"struct_new", (PyCFunction)(void (*)(void))fw_struct_new, METH_FASTCALL,
      "struct_new(cls, fields, unknown_attr) -> callable: the generated class's _new, compiled"},

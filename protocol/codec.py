@@ -20,11 +20,13 @@ from typing import Any, Iterable
 
 from . import schema as _schema
 from ._codegen import (
+    FAST_CODEC,
     CodecError,
     DecodeError,
     EncodeError,
     INLINE_RECORDS_MAX,
     KafkaStruct,
+    _fastwire,
     get_class,
     get_decoder,
     get_encoder,
@@ -263,6 +265,16 @@ def _join(chunks: Iterable[Any]) -> bytes:
 # cost; see README "Other shapes of work")
 _REQ_PLANS: dict[tuple[int, int], tuple[Any, Any, str]] = {}
 _RESP_PLANS: dict[tuple[int, int], tuple[Any, str, bool, type]] = {}
+#: the same pairs for protocol/_fastwire.c's decode_request and encode_response, keyed by
+#: api_key << 16 | api_version: (header plan, body plan); (plan, inline max, flexible
+#: header, class). Filled as the functions below meet each pair.
+REQUEST_TABLE: dict[int, tuple] = {}
+RESPONSE_TABLE: dict[int, tuple] = {}
+_encode_response_compiled = _fastwire.encode_response if FAST_CODEC else None
+#: protocol/_fastwire.c's decode_request (None without it): ``(header, body offset,
+#: request or None)`` of a frame whose pair this module has decoded before, in one call,
+#: else None (the caller takes decode_request_header_view and decode_request_body_view)
+decode_request_compiled = _fastwire.decode_request if FAST_CODEC else None
 
 
 def _request_plan(api_key: int, api_version: int):
@@ -270,9 +282,11 @@ def _request_plan(api_key: int, api_version: int):
     name = _REQ_NAMES.get(api_key)
     if name is None or api_version not in _schema.load_message(name).valid_versions:
         return None
+    header_version = request_header_version(api_key, api_version)
     plan = _REQ_PLANS[(api_key, api_version)] = (
-        get_decoder("RequestHeader", request_header_version(api_key, api_version)),
-        get_decoder(name, api_version), name)
+        get_decoder("RequestHeader", header_version), get_decoder(name, api_version), name)
+    if FAST_CODEC:  # the plans the compiled decoders (partials of _fastwire.decode) run
+        REQUEST_TABLE[api_key << 16 | api_version] = (plan[0].args[0], plan[1].args[0])
     return plan
 
 
@@ -386,12 +400,18 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     Bytes-like records larger than ``INLINE_RECORDS_MAX`` also get their own chunk so
     they are not copied.
     """
+    if _encode_response_compiled is not None:  # a pair met before: protocol/_fastwire.c, in one call
+        chunks = _encode_response_compiled(RESPONSE_TABLE, api_key, api_version, correlation_id, body)
+        if chunks is not None:
+            return chunks
     plan = _RESP_PLANS.get((api_key, api_version))
     if plan is None:
         name = _checked_name(_RESP_NAMES, api_key, api_version)
         plan = _RESP_PLANS[(api_key, api_version)] = (
             get_encoder(name, api_version), name, response_header_version(api_key, api_version) == 1,
             get_class(name))
+        if FAST_CODEC:  # the plan and inline max of the compiled encoder (a partial of _fastwire.encode)
+            RESPONSE_TABLE[api_key << 16 | api_version] = (plan[0].args[0], plan[0].args[2], plan[2], plan[3])
     encoder, name, flexible_header, cls = plan
     if type(body) is not cls:
         _check_body(name, body)

@@ -253,3 +253,110 @@ def test_objects_that_cannot_be_written_get_the_python_encoders_answer(field, va
     if field == "index":
         with pytest.raises(codec.EncodeError, match="index"):
             codec.encode_response(0, 9, 1, msg)
+
+
+# ---- decode_request and encode_response: a pair met before, in one call -------------------
+REQUEST_CASES = [(n, v) for n, v in ALL_CASES if load_message(n).type == "request"
+                 and load_message(n).api_key is not None and codec._REQ_NAMES.get(load_message(n).api_key) == n]
+RESPONSE_CASES = [(n, v) for n, v in ALL_CASES if load_message(n).type == "response"
+                  and codec._RESP_NAMES.get(load_message(n).api_key) == n]
+
+
+def _python_request(frame):
+    """What the dispatcher's steps without decode_request give: (header, offset, request
+    or the exception)."""
+    header, offset = codec.decode_request_header_view(frame)
+    try:
+        return header, offset, codec.decode_request_body_view(header, frame, offset)
+    except DecodeError as exc:
+        return header, offset, exc
+
+
+@pytest.mark.parametrize("name,version", REQUEST_CASES, ids=[f"{n}-v{v}" for n, v in REQUEST_CASES])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_decode_request_in_one_call(name, version, data):
+    """decode_request gives the header, offset and request the two steps give, the
+    request None where the body is malformed (the steps then name the problem), and None
+    for a frame whose header it does not take."""
+    from protocol.messages import RequestHeader
+
+    msg = data.draw(message_strategy(name, version))
+    header = RequestHeader(api_key=msg.API_KEY, api_version=version, correlation_id=data.draw(st.integers(0, 9)),
+                           client_id=data.draw(st.none() | st.text(max_size=5)))
+    frame = bytes(codec.encode_request(header, msg))[4:]
+    cut = data.draw(st.sampled_from([len(frame), len(frame) - 1, len(frame) // 2, 3]))
+    view = memoryview(bytearray(frame[:cut]))
+    try:
+        expected = _python_request(view)  # meets the pair: in REQUEST_TABLE from now on
+    except DecodeError:
+        expected = None
+    assert codec.REQUEST_TABLE.get(msg.API_KEY << 16 | version) is not None
+    got = _fastwire.decode_request(codec.REQUEST_TABLE, view)
+    if expected is None:
+        assert got is None
+        return
+    if got is None:  # a header it did not take: only a header the steps refuse too
+        pytest.fail(f"decode_request refused a header the steps decode: {frame[:cut]!r}")
+    same(got[0], expected[0])
+    assert got[1] == expected[1]
+    if isinstance(expected[2], Exception):
+        assert got[2] is None
+    else:
+        same(got[2], expected[2])
+
+
+def test_decode_request_of_a_pair_not_met_or_a_short_frame_is_none():
+    assert _fastwire.decode_request({}, memoryview(bytearray(b"\x00\x00\x00\x09\x00\x00\x00\x01\x00\x00"))) is None
+    assert _fastwire.decode_request(codec.REQUEST_TABLE, memoryview(bytearray(b"\x00\x00"))) is None
+
+
+@pytest.mark.parametrize("name,version", RESPONSE_CASES, ids=[f"{n}-v{v}" for n, v in RESPONSE_CASES])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_encode_response_in_one_call(name, version, data):
+    """encode_response's chunks are the ones codec.encode_response makes without it."""
+    msg = data.draw(message_strategy(name, version))
+    corr = data.draw(st.integers(-(2**31), 2**31 - 1))
+    expected = _codec_without_it(msg.API_KEY, version, corr, msg)  # meets the pair
+    got = _fastwire.encode_response(codec.RESPONSE_TABLE, msg.API_KEY, version, corr, msg)
+    assert got is not None
+    assert [type(c) for c in got] == [type(c) for c in expected]
+    assert [bytes(c) for c in got] == [bytes(c) for c in expected]
+
+
+def _codec_without_it(*args):
+    """codec.encode_response without protocol/_fastwire.c's encode_response."""
+    codec._encode_response_compiled, saved = None, codec._encode_response_compiled
+    try:
+        return codec.encode_response(*args)
+    finally:
+        codec._encode_response_compiled = saved
+
+
+def test_encode_response_chunks_records_as_the_codec():
+    from protocol.messages import FetchResponse as F
+
+    big = b"b" * (_codegen.INLINE_RECORDS_MAX + 1)
+    resp = F(responses=[F.FetchableTopicResponse(topic="t", partitions=[
+        F.PartitionData(partition_index=0, records=b"a" * 10), F.PartitionData(partition_index=1, records=big),
+        F.PartitionData(partition_index=2, records=_Slice(70)), F.PartitionData(partition_index=3, records=b"c")])])
+    for version in (4, 11, 16):
+        expected = _codec_without_it(1, version, 7, resp)
+        got = _fastwire.encode_response(codec.RESPONSE_TABLE, 1, version, 7, resp)
+        assert len(got) == len(expected) == 5
+        for a, b in zip(got, expected):
+            assert a is b if isinstance(b, (_Slice, bytes)) else a == b
+        assert int.from_bytes(got[0][:4], "big") == sum(len(c) for c in got) - 4
+
+
+def test_encode_response_leaves_what_it_cannot_write_to_the_codec():
+    from protocol.messages import ProduceResponse
+
+    bad = ProduceResponse(responses="not a list", throttle_time_ms=0)
+    codec.encode_response(0, 9, 1, ProduceResponse(responses=[], throttle_time_ms=0))  # meets the pair
+    assert _fastwire.encode_response(codec.RESPONSE_TABLE, 0, 9, 1, bad) is None
+    assert _fastwire.encode_response(codec.RESPONSE_TABLE, 0, 9, 1, object()) is None  # another class
+    assert _fastwire.encode_response(codec.RESPONSE_TABLE, 0, 9, 2**31, ProduceResponse()) is None
+    with pytest.raises(Exception):
+        codec.encode_response(0, 9, 1, bad)
