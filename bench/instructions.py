@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,13 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
     from protocol.records import build_batch
 
     cg = ctypes.CDLL(shim)
+    # the wall clock stands still: under valgrind a run takes long enough for the append
+    # delay of the frames made up front to pass the histogram's ms table (another path),
+    # by how much depending on the machine's load; the monotonic clock still moves
+    import storage.clock as clock_module
+
+    still = clock_module.SystemClock().time_ms()
+    clock_module.SystemClock.time_ms = lambda self: still
     tmp = tempfile.mkdtemp(prefix="bench-instructions-")
     try:
         cfg, clock, lm = in_process_log_manager(tmp, partitions)
@@ -164,9 +172,12 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
     out = os.path.join(workdir, "cg.out")
     for f in Path(workdir).glob("cg.out*"):
         f.unlink()
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-           sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
-           str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0"]
+    # without address space randomisation (setarch -R): dicts keyed by objects (their
+    # addresses) probe the same way in every run
+    cmd = (["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []) + [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
+        str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0"]
     # one hash seed: dict and set layouts (and so a few hundred instructions per request)
     # are the same from run to run and from checkout to checkout
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONHASHSEED="0"))
