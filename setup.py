@@ -104,12 +104,14 @@ setup(
         Extension(
             PREFIX + "broker._produce",
             sources=["broker/_produce.c"],
+            depends=["broker/_slots.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
             PREFIX + "broker._metrics",
             sources=["broker/_metrics.c"],
+            depends=["broker/_slots.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

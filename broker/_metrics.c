@@ -29,6 +29,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_slots.h"
 #include <structmember.h>
 
 static PyTypeObject *counter_type, *histogram_type;
@@ -167,6 +168,97 @@ static int observe_delay(PyObject *hist, PyObject *neg, PyObject *delay) {
     return add(hist, histogram_type, sum_off, s_sum, PyNumber_TrueDivide(delay, thousand));
 }
 
+#define MAX_BUCKETS 64
+
+/* what observe_delays kept in C for one histogram: added to its counts and made its sum */
+static int flush_delays(PyObject *hist, PyObject *counts, long long *added, Py_ssize_t nb, double sum, int summed) {
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        if (!added[b])
+            continue;
+        PyObject *n = PyLong_FromLongLong(added[b]), *v = n ? PyNumber_Add(PyList_GET_ITEM(counts, b), n) : NULL;
+        Py_XDECREF(n);
+        if (!v || PyList_SetItem(counts, b, v) < 0)
+            return -1;
+        added[b] = 0;
+    }
+    return summed ? set(hist, histogram_type, sum_off, s_sum, PyFloat_FromDouble(sum)) : 0;
+}
+
+/* a topic's append delays (a PySequence_Fast of ints), observed in turn as observe_delay
+ * observes each, the histogram's counts and sum kept in C between them: each bucket's
+ * count added once at the end, the sum the same float additions in the same order (the
+ * state written back before a delay past the table goes to observe_ms) */
+static int observe_delays(PyObject *hist, PyObject *neg, PyObject *delays) {
+    PyObject *table = get(hist, histogram_type, ms_buckets_off, s_ms_buckets), *counts = NULL, *sum = NULL;
+    int r = -1;
+    if (!table || !(counts = get(hist, histogram_type, counts_off, s_counts))
+        || !(sum = get(hist, histogram_type, sum_off, s_sum)))
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(delays), nb = PyList_Check(counts) ? PyList_GET_SIZE(counts) : 0;
+    if (!PyList_Check(table) || !nb || nb > MAX_BUCKETS || !PyFloat_CheckExact(sum)) {  /* one at a time */
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(delays); i++) {
+            PyObject *d = Py_NewRef(PySequence_Fast_GET_ITEM(delays, i));
+            int ok = observe_delay(hist, neg, d);
+            Py_DECREF(d);
+            if (ok < 0)
+                goto done;
+        }
+        r = 0;
+        goto done;
+    }
+    long long added[MAX_BUCKETS] = {0}, negatives = 0;
+    double s = PyFloat_AS_DOUBLE(sum);
+    int summed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(delays, i);
+        int overflow;
+        long long ms = PyLong_AsLongLongAndOverflow(d, &overflow);
+        if (ms == -1 && PyErr_Occurred())
+            goto done;
+        if (overflow < 0 || (!overflow && ms < 0)) {
+            negatives++;
+        } else if (overflow || ms >= PyList_GET_SIZE(table)) {  /* observe_ms, on the histogram as it is */
+            if (flush_delays(hist, counts, added, nb, s, summed) < 0)
+                goto done;
+            Py_INCREF(d);
+            PyObject *o = PyObject_CallMethodOneArg(hist, s_observe_ms, d);
+            Py_DECREF(d);
+            if (!o)
+                goto done;
+            Py_DECREF(o);
+            Py_DECREF(sum);
+            if (!(sum = get(hist, histogram_type, sum_off, s_sum)))
+                goto done;
+            if (!PyFloat_CheckExact(sum) || !PyList_Check(counts) || PyList_GET_SIZE(counts) != nb) {
+                PyErr_SetString(PyExc_TypeError, "a histogram's sum is a float, its counts a list of its size");
+                goto done;
+            }
+            s = PyFloat_AS_DOUBLE(sum);
+            summed = 0;
+        } else {
+            Py_ssize_t b = PyLong_AsSsize_t(PyList_GET_ITEM(table, ms));
+            if (b == -1 && PyErr_Occurred())
+                goto done;
+            if (b < 0 || b >= nb) {
+                PyErr_SetString(PyExc_IndexError, "a histogram's bucket is not in its counts");
+                goto done;
+            }
+            added[b]++;
+            s += (double)ms / 1000.0;  /* hist.sum += delay / 1000.0 */
+            summed = 1;
+        }
+    }
+    if (flush_delays(hist, counts, added, nb, s, summed) < 0
+        || (negatives && inc(neg, PyLong_FromLongLong(negatives)) < 0))
+        goto done;
+    r = 0;
+done:
+    Py_XDECREF(table);
+    Py_XDECREF(counts);
+    Py_XDECREF(sum);
+    return r;
+}
+
 /* d[key], or make(key) when it is not there (new reference; NULL with an error set) */
 static PyObject *get_or_make(PyObject *d, PyObject *key, PyObject *make) {
     PyObject *v = PyDict_GetItemWithError(d, key);
@@ -196,7 +288,7 @@ static int walk(PyObject *plan, PyObject *obj, PyObject *codes, int depth) {
         return -1;
     }
     if (PyTuple_GET_ITEM(plan, 0) == Py_True) {
-        PyObject *c = PyObject_GetAttr(obj, s_error_code);
+        PyObject *c = SLOT_GET(obj, s_error_code);
         if (!c)
             return -1;
         int set = PyObject_IsTrue(c);
@@ -297,7 +389,7 @@ done:
 
 /* one topic's answer: its produce request counted, and failed when a partition failed */
 static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyObject *t) {
-    PyObject *name = PyObject_GetAttr(t, s_name);
+    PyObject *name = SLOT_GET(t, s_name);
     if (!name)
         return -1;
     PyObject *c = get_or_make(topic_children, name, topic_if_exists);
@@ -311,7 +403,7 @@ static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyOb
     }
     if (tuple_of(c, 6, "a topic's children") < 0 || inc(PyTuple_GET_ITEM(c, 4), Py_NewRef(one)) < 0)
         goto done;
-    PyObject *parts = PyObject_GetAttr(t, s_partition_responses);
+    PyObject *parts = SLOT_GET(t, s_partition_responses);
     if (!parts)
         goto done;
     PyObject *it = PyObject_GetIter(parts);
@@ -321,7 +413,7 @@ static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyOb
     PyObject *p;
     int failed = 0;
     while (!failed && (p = PyIter_Next(it))) {
-        PyObject *code = PyObject_GetAttr(p, s_error_code);
+        PyObject *code = SLOT_GET(p, s_error_code);
         Py_DECREF(p);
         if (!code || (failed = PyObject_IsTrue(code)) < 0) {
             Py_XDECREF(code);
@@ -359,13 +451,8 @@ static int count_tally(PyObject *const *st, PyObject *topic, PyObject *tally) {
         if (!(hn = get_or_make(delay_children, topic, make_delay)) || tuple_of(hn, 2, "a topic's delay children") < 0
             || !(delays = PySequence_Fast(PySequence_Fast_GET_ITEM(v, 2), "a tally's delays are a list")))
             goto done;
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(delays); i++) {
-            PyObject *d = Py_NewRef(PySequence_Fast_GET_ITEM(delays, i));
-            int ok = observe_delay(PyTuple_GET_ITEM(hn, 0), PyTuple_GET_ITEM(hn, 1), d);
-            Py_DECREF(d);
-            if (ok < 0)
-                goto done;
-        }
+        if (observe_delays(PyTuple_GET_ITEM(hn, 0), PyTuple_GET_ITEM(hn, 1), delays) < 0)
+            goto done;
     }
     r = 0;
 done:

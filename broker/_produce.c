@@ -42,6 +42,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_slots.h"
 
 #define V2_HEADER 61        /* a v2 batch header's bytes */
 #define MAGIC_POS 16        /* the magic byte */
@@ -318,8 +319,8 @@ static PyObject *items_of(PyObject *topic_data, PyObject *counts, int *common) {
         goto fail;
     for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
         PyObject *td = PySequence_Fast_GET_ITEM(topics, t);
-        PyObject *name = PyObject_GetAttr(td, s_name), *pd = NULL, *parts = NULL;
-        if (!name || !(pd = PyObject_GetAttr(td, s_partition_data))
+        PyObject *name = SLOT_GET(td, s_name), *pd = NULL, *parts = NULL;
+        if (!name || !(pd = SLOT_GET(td, s_partition_data))
             || !(parts = PySequence_Fast(pd, "partition_data is a list"))) {
             Py_XDECREF(name);
             Py_XDECREF(pd);
@@ -331,10 +332,10 @@ static PyObject *items_of(PyObject *topic_data, PyObject *counts, int *common) {
         int ok = count && PyList_Append(counts, count) == 0;
         Py_XDECREF(count);
         for (Py_ssize_t p = 0; ok && p < n; p++) {
-            PyObject *pp = PySequence_Fast_GET_ITEM(parts, p), *index = PyObject_GetAttr(pp, s_index), *records = NULL,
+            PyObject *pp = PySequence_Fast_GET_ITEM(parts, p), *index = SLOT_GET(pp, s_index), *records = NULL,
                      *item = NULL;
             int txn = -1;
-            if (index && (records = PyObject_GetAttr(pp, s_records)) && (txn = transactional_first(records)) == 0
+            if (index && (records = SLOT_GET(pp, s_records)) && (txn = transactional_first(records)) == 0
                 && (item = PyTuple_Pack(3, name, index, records)))
                 ok = PyList_Append(items, item) == 0;
             else
@@ -368,7 +369,7 @@ static PyObject *respond(PyObject *topic_data, PyObject *counts, PyObject *resul
     Py_ssize_t at = 0;
     for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
         Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
-        PyObject *name = PyObject_GetAttr(PySequence_Fast_GET_ITEM(topics, t), s_name), *parts = NULL, *answer = NULL;
+        PyObject *name = SLOT_GET(PySequence_Fast_GET_ITEM(topics, t), s_name), *parts = NULL, *answer = NULL;
         int ok = name && (parts = PyList_GetSlice(results, at, at + n));
         if (ok) {
             PyObject *fields[2] = {name, parts};  /* name, partition_responses */
@@ -418,7 +419,7 @@ static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "handle: logs a dict, now_ms an int, tally a dict or None");
         return NULL;
     }
-    PyObject *acks_obj = PyObject_GetAttr(request, s_acks);
+    PyObject *acks_obj = SLOT_GET(request, s_acks);
     if (!acks_obj)
         return NULL;
     int overflow;
@@ -428,13 +429,13 @@ static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     if (acks < -1 || acks > 1 || overflow)
         return Py_NewRef(not_common);
-    PyObject *txn_id = PyObject_GetAttr(request, s_transactional_id);
+    PyObject *txn_id = SLOT_GET(request, s_transactional_id);
     if (!txn_id)
         return NULL;
     Py_DECREF(txn_id);
     if (txn_id != Py_None)
         return Py_NewRef(not_common);
-    PyObject *topic_data = PyObject_GetAttr(request, s_topic_data), *counts = PyList_New(0), *items = NULL,
+    PyObject *topic_data = SLOT_GET(request, s_topic_data), *counts = PyList_New(0), *items = NULL,
              *results = NULL, *stop = NULL, *out = NULL;
     int common = 1;
     if (!topic_data || !counts || !(items = items_of(topic_data, counts, &common))) {
