@@ -18,9 +18,21 @@
  *       ``validate``: storage.validator.validate_common (protocol/_recwalk.c)
  *   append_produced(log, records, now_ms, max_batches) -> AppendInfo | None
  *       Log.append_produced, all of it: None for a closed log or records validate_common
- *       does not take (nothing done), else validated and appended by append_one, or by
- *       Log._append when it is not append_one's case; raises what they raise. Log's
+ *       does not take (nothing done), else validated and appended by append_one, or
+ *       (an idempotent producer's next batch) by append_idempotent below, or by
+ *       Log._append when it is neither's case; raises what they raise. Log's
  *       method and the produce handler's compiled loop (broker/_produce.c) both call it.
+ *   setup_producers(entry_type, new_batch_metadata)
+ *       once, from storage.log at import: storage.producer_state's ProducerStateEntry and
+ *       what makes a BatchMetadata from a tuple. Until then append_idempotent is not tried.
+ *
+ * append_idempotent: what Log._append does for one batch of an idempotent producer in the
+ * simplest case of the producer state's checks (ProducerStateManager.prepare_one, then
+ * append_one with producer_checked, then apply_one): a non-transactional batch of a
+ * producer the partition knows, at its epoch, with no transaction ongoing, whose first
+ * sequence is the one after its last batch's (no wrap past Int32.MAX) and which is none
+ * of its last batches again. Any other batch, or anything unexpected, is left to
+ * Log._append with nothing changed; a failed write too (append_one's None).
  *   append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None
  *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
  *       ``now_ms``: the append's clock reading; ``producer_checked``: the batch carries a
@@ -42,6 +54,8 @@
 #define PRODUCER_ID_OFFSET 43 /* of the big-endian int64 producerId in a v2 batch header */
 #define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
 
+static PyObject *entry_type, *new_batch_metadata, *s_producers, *s_producer_epoch, *s_batches,
+    *s_current_txn_first_offset, *s_last_timestamp, *s_append_name;
 static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_type, *unknown_ts,
     *s_flush, *s_map_end_offset, *validate_fn, *s_latest_epoch, *s_append;
 
@@ -339,6 +353,143 @@ not_this_case:
     Py_RETURN_NONE;
 }
 
+#define INT32_MAX_SEQ 2147483647LL
+
+static int be_read(const unsigned char *p, int n, long long *out) {
+    unsigned long long v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    /* sign-extend an n-byte big-endian integer */
+    if (n < 8 && (v >> (8 * n - 1)) & 1)
+        v |= ~0ULL << (8 * n);
+    *out = (long long)v;
+    return 0;
+}
+
+/* a long long from a Python int; -1 and 0 when it is none (no error left set) */
+static int ll_of(PyObject *o, long long *out) {
+    if (!o || !PyLong_Check(o))
+        return -1;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* See the top of this file. None when not its case, with nothing changed. */
+static PyObject *append_idempotent(PyObject *self, PyObject *log, PyObject *va, PyObject *now_obj) {
+    if (!entry_type || !PyTuple_Check(va) || PyTuple_GET_SIZE(va) != 8)
+        Py_RETURN_NONE;
+    PyObject *batches = PyTuple_GET_ITEM(va, 7), *batch;
+    if (PyList_Check(batches) && PyList_GET_SIZE(batches) == 1)
+        batch = PyList_GET_ITEM(batches, 0);
+    else
+        Py_RETURN_NONE;
+    long long position, first_offset, last_offset, max_ts, pid, epoch, base_seq;
+    if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) < 5 || ll_of(PyTuple_GET_ITEM(batch, 0), &position) < 0
+        || ll_of(PyTuple_GET_ITEM(batch, 2), &first_offset) < 0 || ll_of(PyTuple_GET_ITEM(batch, 3), &last_offset) < 0
+        || ll_of(PyTuple_GET_ITEM(batch, 4), &max_ts) < 0)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(va, 0), &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int ok = position >= 0 && position + 61 <= view.len;
+    int transactional = 1;
+    if (ok) {
+        const unsigned char *h = (const unsigned char *)view.buf + position;
+        be_read(h + PRODUCER_ID_OFFSET, 8, &pid);
+        be_read(h + 51, 2, &epoch);
+        be_read(h + 53, 4, &base_seq);
+        transactional = (h[22] & 0x10) != 0;
+    }
+    PyBuffer_Release(&view);
+    if (!ok || transactional || pid < 0 || base_seq < 0)
+        Py_RETURN_NONE;
+    long long new_last = base_seq + (last_offset - first_offset);
+    if (last_offset < first_offset || new_last > INT32_MAX_SEQ)
+        Py_RETURN_NONE;  /* a sequence that wraps: Log._append */
+
+    PyObject *psm = Py_XNewRef(SLOT(log, o_producer_state)), *producers = NULL, *key = NULL, *entry = NULL,
+             *deque = NULL, *cur_epoch = NULL, *txn = NULL, *last = NULL, *info = NULL, *meta = NULL;
+    PyObject *result = NULL;
+    long long v, n;
+    if (!psm || !(producers = PyObject_GetAttr(psm, s_producers)) || !PyDict_Check(producers)
+        || !(key = PyLong_FromLongLong(pid)))
+        goto not_ours;
+    entry = Py_XNewRef(PyDict_GetItemWithError(producers, key));
+    if (!entry || (PyObject *)Py_TYPE(entry) != entry_type)
+        goto not_ours;
+    if (!(cur_epoch = PyObject_GetAttr(entry, s_producer_epoch)) || ll_of(cur_epoch, &v) < 0 || v != epoch
+        || !(txn = PyObject_GetAttr(entry, s_current_txn_first_offset)) || ll_of(txn, &v) < 0 || v >= 0
+        || !(deque = PyObject_GetAttr(entry, s_batches)) || (n = PyObject_Length(deque)) <= 0)
+        goto not_ours;
+    /* the last batch's last sequence, and none of the last batches the same again */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_GetItem(deque, i);
+        long long last_seq, delta;
+        int good = b && PyTuple_Check(b) && PyTuple_GET_SIZE(b) >= 3 && ll_of(PyTuple_GET_ITEM(b, 0), &last_seq) == 0
+                   && ll_of(PyTuple_GET_ITEM(b, 2), &delta) == 0;
+        long long first_seq = good ? (last_seq < delta ? INT32_MAX_SEQ - (delta - last_seq) + 1 : last_seq - delta) : 0;
+        Py_XDECREF(b);
+        if (!good || (last_seq == new_last && first_seq == base_seq))
+            goto not_ours;  /* a duplicate (or not a BatchMetadata): Log._append answers it */
+        if (i == n - 1 && base_seq != last_seq + 1)
+            goto not_ours;  /* out of sequence: Log._append raises */
+    }
+    PyObject *aargs[4] = {log, va, now_obj, Py_True};
+    if (!(info = ap_append_one(self, aargs, 4)))
+        goto done;
+    if (info == Py_None)
+        goto not_ours;  /* nothing written */
+    /* apply_one: the batch added to the producer's last ones, its timestamp the last */
+    PyObject *fields = Py_BuildValue("(LLLL)", new_last, last_offset, last_offset - first_offset, max_ts);
+    if (!fields)
+        goto done;
+    meta = PyObject_CallOneArg(new_batch_metadata, fields);
+    Py_DECREF(fields);
+    PyObject *max_ts_obj;
+    if (!meta || !(last = PyObject_CallMethodOneArg(deque, s_append_name, meta))
+        || !(max_ts_obj = PyLong_FromLongLong(max_ts)))
+        goto done;
+    int set = PyObject_SetAttr(entry, s_last_timestamp, max_ts_obj);
+    Py_DECREF(max_ts_obj);
+    if (set < 0)
+        goto done;
+    result = Py_NewRef(info);
+    goto done;
+not_ours:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(psm);
+    Py_XDECREF(producers);
+    Py_XDECREF(key);
+    Py_XDECREF(entry);
+    Py_XDECREF(deque);
+    Py_XDECREF(cur_epoch);
+    Py_XDECREF(txn);
+    Py_XDECREF(last);
+    Py_XDECREF(info);
+    Py_XDECREF(meta);
+    return result;
+}
+
+static PyObject *ap_setup_producers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup_producers(entry_type, new_batch_metadata)");
+        return NULL;
+    }
+    Py_XSETREF(entry_type, Py_NewRef(args[0]));
+    Py_XSETREF(new_batch_metadata, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 /* Log.append_produced: validate_common with the log's fields, then append_one, else
  * Log._append (the log's fields held while the calls run Python code) */
 static PyObject *ap_append_produced(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -372,7 +523,11 @@ static PyObject *ap_append_produced(PyObject *self, PyObject *const *args, Py_ss
     }
     PyObject *aargs[3] = {log, va, now_obj};
     info = ap_append_one(self, aargs, 3);
-    if (info == Py_None) {  /* not append_one's case */
+    if (info == Py_None) {  /* not append_one's case: an idempotent producer's next batch? */
+        Py_DECREF(info);
+        info = append_idempotent(self, log, va, now_obj);
+    }
+    if (info == Py_None) {  /* neither's case */
         Py_DECREF(info);
         PyObject *margs[4] = {log, va, now_obj, Py_False};
         info = PyObject_VectorcallMethod(s_append, margs, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -395,6 +550,8 @@ static PyMethodDef methods[] = {
     {"append_one", (PyCFunction)(void (*)(void))ap_append_one, METH_FASTCALL,
      "append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None: Log._append's common one-batch "
      "case"},
+    {"setup_producers", (PyCFunction)(void (*)(void))ap_setup_producers, METH_FASTCALL,
+     "setup_producers(entry_type, new_batch_metadata): what append_produced's idempotent case makes and reads"},
     {"append_produced", (PyCFunction)(void (*)(void))ap_append_produced, METH_FASTCALL,
      "append_produced(log, records, now_ms, max_batches) -> AppendInfo | None: Log.append_produced"},
     {NULL, NULL, 0, NULL},
@@ -405,6 +562,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_append", NULL, -1, 
 PyMODINIT_FUNC PyInit__append(void) {
     if (!(s_flush = PyUnicode_InternFromString("flush"))
         || !(s_map_end_offset = PyUnicode_InternFromString("map_end_offset"))
+        || !(s_producers = PyUnicode_InternFromString("producers"))
+        || !(s_producer_epoch = PyUnicode_InternFromString("producer_epoch"))
+        || !(s_batches = PyUnicode_InternFromString("batches"))
+        || !(s_current_txn_first_offset = PyUnicode_InternFromString("current_txn_first_offset"))
+        || !(s_last_timestamp = PyUnicode_InternFromString("last_timestamp"))
+        || !(s_append_name = PyUnicode_InternFromString("append"))
         || !(s_latest_epoch = PyUnicode_InternFromString("latest_epoch"))
         || !(s_append = PyUnicode_InternFromString("_append")))
         return NULL;

@@ -73,7 +73,8 @@ from storage.file_slice import FileSlice
 from storage.index import AbstractIndex, CorruptIndexError
 from storage import partition_metadata
 from storage.leader_epoch_cache import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
-from storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateManager
+from storage.producer_state import (DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerBatch, ProducerStateEntry,
+                                    ProducerStateManager, _new_batch_metadata)
 from storage.transaction_index import AbortedTxn
 from storage.validator import rules_of, validate_common
 from storage.segment import (
@@ -1261,6 +1262,7 @@ def _unlink(path: str) -> None:
 
 if _compiled_append is not None:
     _compiled_append.setup(AppendInfo, Log, LogSegment, AbstractIndex, _LogFile, _UNKNOWN, validate_common)
+    _compiled_append.setup_producers(ProducerStateEntry, _new_batch_metadata)
     _append_produced = _compiled_append.append_produced
 #: Log.append_produced's compiled body, ``fn(log, records, now_ms, max_batches)`` (None
 #: when storage/_append.c is not built): the produce handler's compiled loop calls it
