@@ -34,6 +34,8 @@
  * of its last batches again. Any other batch, or anything unexpected, is left to
  * Log._append with nothing changed; a failed write too (append_one's None).
  *   append_one(log, va, now_ms, producer_checked=False) -> AppendInfo | None
+ *       (a batch past index.interval.bytes included: after the write it calls
+ *       LogSegment._index_entry for the index entries, as LogSegment.append makes them)
  *       ``va``: the ValidatedAppend (storage.validator) whose base offset is the log end;
  *       ``now_ms``: the append's clock reading; ``producer_checked``: the batch carries a
  *       producer id that Log._append has checked against the producer state (it installs
@@ -54,6 +56,7 @@
 #define PRODUCER_ID_OFFSET 43 /* of the big-endian int64 producerId in a v2 batch header */
 #define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
 
+static PyObject *s_index_entry;
 static PyObject *entry_type, *new_batch_metadata, *s_producers, *s_producer_epoch, *s_batches,
     *s_current_txn_first_offset, *s_last_timestamp, *s_append_name;
 static PyObject *append_info_type, *log_type, *segment_type, *index_type, *file_type, *unknown_ts,
@@ -254,9 +257,14 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
     long long current, since_index, interval, seg_base;
     if (n > segment_bytes || slot_ll(seg, o_size, &current) < 0 || current > segment_bytes - n
         || slot_ll(seg, o_bytes_since, &since_index) < 0
-        || slot_ll(seg, o_index_interval_bytes, &interval) < 0 || since_index > interval
+        || slot_ll(seg, o_index_interval_bytes, &interval) < 0
         || slot_ll(seg, o_base_offset, &seg_base) < 0 || last_offset - seg_base < 0
         || last_offset - seg_base > REL_OFFSET_MAX)
+        goto not_this_case;
+    /* index.interval.bytes passed: the batch gets an offset and a time index entry, made
+     * by LogSegment._index_entry after the write (neither index full: checked below) */
+    int index_due = since_index > interval;
+    if (index_due && !current)
         goto not_this_case;
     if (current) {
         PyObject *ts_obj = SLOT(seg, o_rolling_ts);
@@ -304,7 +312,15 @@ static PyObject *ap_append_one(PyObject *self, PyObject *const *args, Py_ssize_t
         set_slot(seg, o_max_ts, Py_NewRef(max_ts_obj));
         set_slot(seg, o_max_ts_offset, Py_NewRef(last_obj));
     }
-    if (set_slot(seg, o_bytes_since, PyLong_FromLongLong(since_index + n)) < 0)
+    if (index_due) {  /* LogSegment.append's index entries for its one batch */
+        PyObject *at = PyLong_FromLongLong(current + position);
+        PyObject *made = at ? PyObject_CallMethodObjArgs(seg, s_index_entry, last_obj, at, NULL) : NULL;
+        Py_XDECREF(at);
+        if (!made)
+            goto done;
+        Py_DECREF(made);
+    }
+    if (set_slot(seg, o_bytes_since, PyLong_FromLongLong(index_due ? n : since_index + n)) < 0)
         goto done;
     PyObject *new_leo = PyLong_FromLongLong(last_offset + 1);
     if (!new_leo)
@@ -563,6 +579,7 @@ PyMODINIT_FUNC PyInit__append(void) {
     if (!(s_flush = PyUnicode_InternFromString("flush"))
         || !(s_map_end_offset = PyUnicode_InternFromString("map_end_offset"))
         || !(s_producers = PyUnicode_InternFromString("producers"))
+        || !(s_index_entry = PyUnicode_InternFromString("_index_entry"))
         || !(s_producer_epoch = PyUnicode_InternFromString("producer_epoch"))
         || !(s_batches = PyUnicode_InternFromString("batches"))
         || !(s_current_txn_first_offset = PyUnicode_InternFromString("current_txn_first_offset"))

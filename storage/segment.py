@@ -296,6 +296,16 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += b.size
 
+    def _index_entry(self, last_offset: int, position: int) -> None:
+        """:meth:`append`'s index entries for a batch past ``index.interval.bytes`` (its
+        last offset ``last_offset``, at ``position`` in the file; the segment's max
+        timestamp already moved for it), for storage/_append.c's append_one, which then
+        counts the batch's bytes from zero, as append does."""
+        if not self.offset_index.is_full():
+            self.offset_index.append(last_offset, position)
+        if not self.time_index.is_full():
+            self.time_index.maybe_append(self._max_ts, self._max_ts_offset)
+
     def append_unindexed(self, buf, last_offset: int, max_timestamp: int, now_ms: int,
                          segment_bytes: int, segment_ms: int) -> bool:
         """The common append in one call: ``buf`` holds one batch (offsets assigned, the

@@ -626,18 +626,25 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
 
     from storage.producer_state import ProducerStateManager
 
+    from storage.segment import LogSegment
+
     checked = {"slow-0": 0, "whole-0": 0}  # one idempotent batch checked in Python (prepare_one)
-    prepare_one = ProducerStateManager.prepare_one
+    indexed = {"slow-0": 0, "whole-0": 0}  # index entries storage/_append.c's append_one had made
+    prepare_one, index_entry = ProducerStateManager.prepare_one, LogSegment._index_entry
 
     def counted(name, *args, **kwargs):
         def count(self, b):
             checked[name] += 1
             return prepare_one(self, b)
-        ProducerStateManager.prepare_one = count
+
+        def count_entry(self, *a):
+            indexed[name] += 1
+            return index_entry(self, *a)
+        ProducerStateManager.prepare_one, LogSegment._index_entry = count, count_entry
         try:
             return run(name, *args, **kwargs)
         finally:
-            ProducerStateManager.prepare_one = prepare_one
+            ProducerStateManager.prepare_one, LogSegment._index_entry = prepare_one, index_entry
 
     fast, n_fast, taken = run("fast-0", True)
     slow, n_slow, _ = counted("slow-0", False)
@@ -650,6 +657,7 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
     # (index.interval.bytes=300 here: most appends are due an index entry, which only
     # Log._append writes; the rest of the idempotent batches the compiled case takes)
     assert checked["slow-0"] > 100 and checked["whole-0"] < checked["slow-0"] - 15, checked
+    assert indexed["slow-0"] == 0 and indexed["whole-0"] > 20, indexed  # batches past index.interval.bytes
     assert n_fast == n_slow > 5  # rolls happened
     # the compiled path took most, idempotent batches (checked first) too, the Python path the rest
     assert sum(t for t, _ in taken) > 100 and not all(t for t, _ in taken)
