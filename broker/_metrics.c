@@ -98,6 +98,18 @@ static int bump(PyObject *list, Py_ssize_t i) {
     return n ? PyList_SetItem(list, i, n) : -1;
 }
 
+/* hist.counts[bucket] += 1; hist.sum += v (v stolen) */
+static int count_in(PyObject *hist, Py_ssize_t bucket, PyObject *v) {
+    PyObject *counts = get(hist, histogram_type, counts_off, s_counts);
+    int r = counts ? bump(counts, bucket) : -1;
+    Py_XDECREF(counts);
+    if (r < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    return add(hist, histogram_type, sum_off, s_sum, v);
+}
+
 /* hist.counts[bisect_left(hist.bounds, value)] += 1; hist.sum += value */
 static int observe(PyObject *hist, PyObject *value) {
     PyObject *bounds = get(hist, histogram_type, bounds_off, s_bounds);
@@ -125,14 +137,7 @@ static int observe(PyObject *hist, PyObject *value) {
             hi = mid;
     }
     Py_DECREF(bounds);
-    PyObject *counts = get(hist, histogram_type, counts_off, s_counts);
-    if (!counts)
-        return -1;
-    int r = bump(counts, lo);
-    Py_DECREF(counts);
-    if (r < 0)
-        return -1;
-    return add(hist, histogram_type, sum_off, s_sum, Py_NewRef(value));
+    return count_in(hist, lo, Py_NewRef(value));
 }
 
 /* one append delay in ms, as BrokerMetrics.produced observes it: a negative one counted
@@ -157,15 +162,8 @@ static int observe_delay(PyObject *hist, PyObject *neg, PyObject *delay) {
     Py_DECREF(table);
     if (bucket == -1 && PyErr_Occurred())
         return -1;
-    PyObject *counts = get(hist, histogram_type, counts_off, s_counts);
-    if (!counts)
-        return -1;
-    int r = bump(counts, bucket);
-    Py_DECREF(counts);
-    if (r < 0)
-        return -1;
     /* delay / 1000.0: the int made a double, then divided, as Python's true division */
-    return add(hist, histogram_type, sum_off, s_sum, PyNumber_TrueDivide(delay, thousand));
+    return count_in(hist, bucket, PyNumber_TrueDivide(delay, thousand));
 }
 
 #define MAX_BUCKETS 64
