@@ -54,6 +54,10 @@
 #include <unistd.h>
 
 #define PRODUCER_ID_OFFSET 43 /* of the big-endian int64 producerId in a v2 batch header */
+#define PRODUCER_EPOCH_OFFSET 51 /* int16 */
+#define BASE_SEQUENCE_OFFSET 53 /* int32 */
+#define ATTRIBUTES_LOW_BYTE 22 /* of the int16 attributes, whose 0x10 bit is isTransactional */
+#define TRANSACTIONAL_BIT 0x10
 #define REL_OFFSET_MAX 2147483647LL /* an offset index stores offsets relative to the base as int32 */
 
 static PyObject *s_index_entry;
@@ -371,28 +375,14 @@ not_this_case:
 
 #define INT32_MAX_SEQ 2147483647LL
 
-static int be_read(const unsigned char *p, int n, long long *out) {
+/* the n-byte big-endian signed integer at p */
+static long long be_signed(const unsigned char *p, int n) {
     unsigned long long v = 0;
     for (int i = 0; i < n; i++)
         v = (v << 8) | p[i];
-    /* sign-extend an n-byte big-endian integer */
-    if (n < 8 && (v >> (8 * n - 1)) & 1)
+    if (n < 8 && (v >> (8 * n - 1)) & 1)  /* sign-extended */
         v |= ~0ULL << (8 * n);
-    *out = (long long)v;
-    return 0;
-}
-
-/* a long long from a Python int; -1 and 0 when it is none (no error left set) */
-static int ll_of(PyObject *o, long long *out) {
-    if (!o || !PyLong_Check(o))
-        return -1;
-    int overflow;
-    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
+    return (long long)v;
 }
 
 /* See the top of this file. None when not its case, with nothing changed. */
@@ -405,9 +395,9 @@ static PyObject *append_idempotent(PyObject *self, PyObject *log, PyObject *va, 
     else
         Py_RETURN_NONE;
     long long position, first_offset, last_offset, max_ts, pid, epoch, base_seq;
-    if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) < 5 || ll_of(PyTuple_GET_ITEM(batch, 0), &position) < 0
-        || ll_of(PyTuple_GET_ITEM(batch, 2), &first_offset) < 0 || ll_of(PyTuple_GET_ITEM(batch, 3), &last_offset) < 0
-        || ll_of(PyTuple_GET_ITEM(batch, 4), &max_ts) < 0)
+    if (!PyTuple_Check(batch) || PyTuple_GET_SIZE(batch) < 5 || to_ll(PyTuple_GET_ITEM(batch, 0), &position) < 0
+        || to_ll(PyTuple_GET_ITEM(batch, 2), &first_offset) < 0 || to_ll(PyTuple_GET_ITEM(batch, 3), &last_offset) < 0
+        || to_ll(PyTuple_GET_ITEM(batch, 4), &max_ts) < 0)
         Py_RETURN_NONE;
     Py_buffer view;
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(va, 0), &view, PyBUF_SIMPLE) < 0) {
@@ -418,10 +408,10 @@ static PyObject *append_idempotent(PyObject *self, PyObject *log, PyObject *va, 
     int transactional = 1;
     if (ok) {
         const unsigned char *h = (const unsigned char *)view.buf + position;
-        be_read(h + PRODUCER_ID_OFFSET, 8, &pid);
-        be_read(h + 51, 2, &epoch);
-        be_read(h + 53, 4, &base_seq);
-        transactional = (h[22] & 0x10) != 0;
+        pid = be_signed(h + PRODUCER_ID_OFFSET, 8);
+        epoch = be_signed(h + PRODUCER_EPOCH_OFFSET, 2);
+        base_seq = be_signed(h + BASE_SEQUENCE_OFFSET, 4);
+        transactional = (h[ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT) != 0;
     }
     PyBuffer_Release(&view);
     if (!ok || transactional || pid < 0 || base_seq < 0)
@@ -440,16 +430,16 @@ static PyObject *append_idempotent(PyObject *self, PyObject *log, PyObject *va, 
     entry = Py_XNewRef(PyDict_GetItemWithError(producers, key));
     if (!entry || (PyObject *)Py_TYPE(entry) != entry_type)
         goto not_ours;
-    if (!(cur_epoch = PyObject_GetAttr(entry, s_producer_epoch)) || ll_of(cur_epoch, &v) < 0 || v != epoch
-        || !(txn = PyObject_GetAttr(entry, s_current_txn_first_offset)) || ll_of(txn, &v) < 0 || v >= 0
+    if (!(cur_epoch = PyObject_GetAttr(entry, s_producer_epoch)) || to_ll(cur_epoch, &v) < 0 || v != epoch
+        || !(txn = PyObject_GetAttr(entry, s_current_txn_first_offset)) || to_ll(txn, &v) < 0 || v >= 0
         || !(deque = PyObject_GetAttr(entry, s_batches)) || (n = PyObject_Length(deque)) <= 0)
         goto not_ours;
     /* the last batch's last sequence, and none of the last batches the same again */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = PySequence_GetItem(deque, i);
         long long last_seq, delta;
-        int good = b && PyTuple_Check(b) && PyTuple_GET_SIZE(b) >= 3 && ll_of(PyTuple_GET_ITEM(b, 0), &last_seq) == 0
-                   && ll_of(PyTuple_GET_ITEM(b, 2), &delta) == 0;
+        int good = b && PyTuple_Check(b) && PyTuple_GET_SIZE(b) >= 3 && to_ll(PyTuple_GET_ITEM(b, 0), &last_seq) == 0
+                   && to_ll(PyTuple_GET_ITEM(b, 2), &delta) == 0;
         long long first_seq = good ? (last_seq < delta ? INT32_MAX_SEQ - (delta - last_seq) + 1 : last_seq - delta) : 0;
         Py_XDECREF(b);
         if (!good || (last_seq == new_last && first_seq == base_seq))
