@@ -87,13 +87,14 @@ def _error(index, code, message=None, record_errors=()):
 
 def handle(ctx, header, request, session=None):
     version = header.api_version
+    metrics = ctx.metrics
+    now = ctx.clock.time_ms()  # one append time for the request's partitions
+    # what the metrics count, gathered for one call at the end (None: metrics off): see _count
+    tally = {} if metrics is not None else None
     if COMMON is not None and version >= 3 and (session is None or ctx.authorizer is None):
         # a request without a transactional id, acks -1, 0 or 1 and no transactional
         # batch, in one call (broker/_produce.c handle): this function's steps below
         # and _respond's, for as long as the compiled loop takes its partitions
-        metrics = ctx.metrics
-        now = ctx.clock.time_ms()
-        tally = {} if metrics is not None else None
         r = COMMON(request, ctx.log_manager.logs_by_key, now, tally,
                    ctx.notify_append if ctx.fetch_waiters else None, None if metrics is None else metrics.produced)
         if r is not _NOT_COMMON:
@@ -161,9 +162,6 @@ def handle(ctx, header, request, session=None):
             items = [(t, p, _DENIED if t in denied else r) for t, p, r in items]
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
-    now = ctx.clock.time_ms()  # one append time for the request's partitions
-    # what the metrics count, gathered for one call at the end (None: metrics off): see _count
-    tally = {} if ctx.metrics is not None else None
     return _append_from(ctx, version, request, acks, items, 0, [], now, tally)
 
 
