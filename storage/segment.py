@@ -283,24 +283,20 @@ class LogSegment:
         if not batches:  # pragma: no cover - the validator always lists them
             batches = [_SingleBatch(validated)]
         interval = self.index_interval_bytes
-        oi, ti = self.offset_index, self.time_index
         for b in batches:
             if b.max_timestamp > self._max_ts:
                 self._max_ts = b.max_timestamp
                 self._max_ts_offset = b.last_offset
             if self._bytes_since_last_index_entry > interval:
-                if not oi.is_full():
-                    oi.append(b.last_offset, start + b.position)
-                if not ti.is_full():
-                    ti.maybe_append(self._max_ts, self._max_ts_offset)
+                self._index_entry(b.last_offset, start + b.position)
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += b.size
 
     def _index_entry(self, last_offset: int, position: int) -> None:
-        """:meth:`append`'s index entries for a batch past ``index.interval.bytes`` (its
-        last offset ``last_offset``, at ``position`` in the file; the segment's max
-        timestamp already moved for it), for storage/_append.c's append_one, which then
-        counts the batch's bytes from zero, as append does."""
+        """The index entries of a batch past ``index.interval.bytes`` (its last offset
+        ``last_offset``, at ``position`` in the file; the segment's max timestamp already
+        moved for it): :meth:`append`'s, and storage/_append.c's append_one's, each of
+        which then counts the batch's bytes from zero."""
         if not self.offset_index.is_full():
             self.offset_index.append(last_offset, position)
         if not self.time_index.is_full():

@@ -630,7 +630,9 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
 
     checked = {"slow-0": 0, "whole-0": 0}  # one idempotent batch checked in Python (prepare_one)
     indexed = {"slow-0": 0, "whole-0": 0}  # index entries storage/_append.c's append_one had made
-    prepare_one, index_entry = ProducerStateManager.prepare_one, LogSegment._index_entry
+    prepare_one, index_entry, segment_append = (ProducerStateManager.prepare_one, LogSegment._index_entry,
+                                                LogSegment.append)
+    in_append = []  # set while LogSegment.append (the Python path) runs
 
     def counted(name, *args, **kwargs):
         def count(self, b):
@@ -638,13 +640,23 @@ def test_compiled_append_matches_the_python_path(tmp_path, monkeypatch, seed, ti
             return prepare_one(self, b)
 
         def count_entry(self, *a):
-            indexed[name] += 1
+            if not in_append:  # made by storage/_append.c's append_one, not by LogSegment.append
+                indexed[name] += 1
             return index_entry(self, *a)
-        ProducerStateManager.prepare_one, LogSegment._index_entry = count, count_entry
+
+        def python_append(self, *a):
+            in_append.append(True)
+            try:
+                return segment_append(self, *a)
+            finally:
+                in_append.pop()
+        ProducerStateManager.prepare_one, LogSegment._index_entry, LogSegment.append = (
+            count, count_entry, python_append)
         try:
             return run(name, *args, **kwargs)
         finally:
-            ProducerStateManager.prepare_one, LogSegment._index_entry = prepare_one, index_entry
+            ProducerStateManager.prepare_one, LogSegment._index_entry, LogSegment.append = (
+                prepare_one, index_entry, segment_append)
 
     fast, n_fast, taken = run("fast-0", True)
     slow, n_slow, _ = counted("slow-0", False)
