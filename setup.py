@@ -17,7 +17,8 @@ The compiled pieces: protocol/_recwalk.c, the record walker the produce path run
 every record (see protocol/record_walk.py); protocol/_fastwire.c, which runs the message
 decoders and encoders protocol/_codegen.py derives from the schemas; storage/_append.c
 and broker/_produce.c, the common case of a produced batch's append and of the produce
-handler's loop; broker/_metrics.c, the metric updates of each request; and
+handler's loop; broker/_lane.c, a connection's consecutive Produce frames answered in one
+call; broker/_metrics.c, the metric updates of each request; and
 storage/_cleaner.c, the log cleaner's key map and record loops (see storage/cleaner.py).
 All are optional: without a C compiler the install still succeeds and each falls back to
 its pure-Python reference (the broker logs a warning when it starts). Everything else is
@@ -104,6 +105,13 @@ setup(
         Extension(
             PREFIX + "broker._produce",
             sources=["broker/_produce.c"],
+            depends=["broker/_slots.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            PREFIX + "broker._lane",
+            sources=["broker/_lane.c"],
             depends=["broker/_slots.h"],
             extra_compile_args=["-O2"],
             optional=True,

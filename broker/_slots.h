@@ -1,5 +1,5 @@
 /* broker/_slots.h - a __slots__ field read where it sits, for the broker's extensions
- * (_produce.c, _metrics.c), which read the same fields of the same generated message
+ * (_produce.c, _lane.c, _metrics.c), which read the same fields of the same generated message
  * classes on every request.
  *
  * Each call site keeps a SlotCache: the class it last read ``name`` from (and that class's

@@ -223,8 +223,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.write_chunks(out)
 
     def _process_frames(self, out: list) -> None:
+        dispatcher = self._dispatcher
+        # consecutive Produce frames answered in one call (Dispatcher.lane_for); a frame
+        # reserved in the memory pool is released by the steps below
+        lane = dispatcher.lane_for(self.session) if not self._reserved else None
         while not self._closed and not self._busy and not self._write_paused:
             start = self._start
+            if lane is not None:
+                r = lane(self._view, start, self._end, out)
+                if r.__class__ is int:
+                    if r != start:  # frames answered, their chunks in out
+                        self._start = r
+                        if len(out) > _COALESCE_CHUNKS:
+                            self.write_chunks(out)
+                            out.clear()
+                        continue
+                    # the frame at start is not the lane's: the steps below take it
+                else:  # a frame the lane began and left to the dispatcher
+                    self._start = r[0]
+                    self._answered(dispatcher.lane_rest(self, r, r[0] - start - 4), out)
+                    continue
             if self._end - start < 4:
                 break
             (size,) = _SIZE.unpack_from(self._buf, start)
@@ -254,29 +272,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 break
             frame = self._view[start + 4 : start + 4 + size]
             self._start = start + 4 + size
-            result = self._dispatcher.dispatch(self, frame)
-            if result is None:
-                if self._reserved:
-                    self._release()
-                continue
-            if isinstance(result, list):
-                if self._reserved:
-                    self._release()
-                out += result
-                if len(out) > _COALESCE_CHUNKS:
-                    self.write_chunks(out)
-                    out.clear()
-                continue
-            # an awaitable: stop processing until it completes (the responses before
-            # it go out first)
-            if out:
-                self.write_chunks(out)
-                out.clear()
-            self._busy = True
-            # a future (a parked Fetch's answer) as it is; a coroutine becomes a task
-            task = result if isinstance(result, asyncio.Future) else asyncio.ensure_future(result)
-            task.add_done_callback(self._on_async_done)
-            break
+            # what that request may have changed (its session, the quotas) is not the
+            # lane's to see: the rest of this read takes these steps
+            lane = None
+            self._answered(dispatcher.dispatch(self, frame), out)
         if self._start == self._end and not self._busy:
             self._start = self._end = 0
             if len(self._buf) > _SHRINK_ABOVE:
@@ -287,6 +286,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reading_paused = False
             if not self._memory_paused:
                 self._transport.resume_reading()
+
+    def _answered(self, result, out: list) -> None:
+        """A request's result (Dispatcher.dispatch): none, chunks gathered in ``out``, or
+        an awaitable, which stops processing until it completes."""
+        if result is None:
+            if self._reserved:
+                self._release()
+            return
+        if isinstance(result, list):
+            if self._reserved:
+                self._release()
+            out += result
+            if len(out) > _COALESCE_CHUNKS:
+                self.write_chunks(out)
+                out.clear()
+            return
+        # an awaitable: stop processing until it completes (the responses before it go
+        # out first)
+        if out:
+            self.write_chunks(out)
+            out.clear()
+        self._busy = True
+        # a future (a parked Fetch's answer) as it is; a coroutine becomes a task
+        task = result if isinstance(result, asyncio.Future) else asyncio.ensure_future(result)
+        task.add_done_callback(self._on_async_done)
 
     def _on_async_done(self, task: asyncio.Future) -> None:
         self._busy = False

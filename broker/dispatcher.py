@@ -25,10 +25,16 @@ from protocol.errors import ErrorCode
 from broker import handlers
 from broker.context import BrokerContext
 from broker.memory_pool import RequestMemoryPool
+from broker.security.authenticator import COMPLETE as _COMPLETE
 
 log = logging.getLogger("chronolog.dispatcher")
 
 _decode_request = codec.decode_request_compiled  # protocol/_fastwire.c's, or None
+
+try:  # a connection's consecutive Produce frames in one call (broker/_lane.c)
+    from broker import _lane
+except ImportError:  # not built: every frame through dispatch()
+    _lane = None
 
 # api key -> (min version, max version, handler)
 SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
@@ -120,6 +126,8 @@ class Dispatcher:
         self.authenticator = Authenticator(ctx)
         self.limits = ConnectionLimits(ctx.config, self.metrics)
         ctx.reconfigurables.append(self.limits)
+        # broker/_lane.c's Lane (see lane_for), or None
+        self.lane = self._make_lane()
 
     # -- connections -----------------------------------------------------------------------
     def connection_opened(self, conn, ssl_object) -> bool:
@@ -227,7 +235,6 @@ class Dispatcher:
                 )
                 conn.close()
                 return None
-        metrics = self.metrics
         started = perf_counter()
         try:
             if api_key in TAKES_SESSION:
@@ -235,9 +242,14 @@ class Dispatcher:
             else:
                 result = entry[2](self.ctx, header, request)
         except Exception as exc:
-            if metrics is not None:
-                metrics.request_failed(api_key, perf_counter() - started)
-            return self._error_response(conn, header, request, exc)
+            return self._failed(conn, header, request, exc, started)
+        return self._result(conn, header, request, result, started, len(frame))
+
+    def _result(self, conn, header, request, result, started: float, nbytes: int):
+        """What a handler returned (``started``: perf_counter() before it ran), answered:
+        throttled by the client quotas, awaited, encoded and counted."""
+        metrics = self.metrics
+        api_key, version = header.api_key, header.api_version
         quotas = self.ctx.client_quotas
         throttled = quotas is not None and quotas.enforcing
         if result is not None and not isinstance(result, KafkaStruct):
@@ -248,10 +260,10 @@ class Dispatcher:
                 return answer
             if inspect.isawaitable(result):
                 return self._finish_async(conn, header, request, result, started,
-                                          (len(frame), perf_counter() - started) if throttled else None)
+                                          (nbytes, perf_counter() - started) if throttled else None)
         throttle_ms = 0
         if throttled:
-            result, throttle_ms = self._throttle(conn, header, request, result, len(frame), perf_counter() - started)
+            result, throttle_ms = self._throttle(conn, header, request, result, nbytes, perf_counter() - started)
         if result is None:
             if metrics is not None:
                 metrics.request_done(api_key, None, perf_counter() - started)
@@ -260,6 +272,68 @@ class Dispatcher:
         if metrics is not None:
             metrics.request_done(api_key, result, perf_counter() - started)
         return self._throttled(conn, encoded, throttle_ms) if throttle_ms else encoded
+
+    # -- the compiled lane (broker/_lane.c) ----------------------------------------------
+    def _make_lane(self):
+        """broker/_lane.c's Lane for this broker: a connection's consecutive Produce v3+
+        frames answered in one call, with the calls dispatch() and the produce handler
+        make for them. None when it is not built, when the steps it calls are not
+        compiled either, with an authorizer (every produce request asks it), or when
+        Produce is not handled by produce.handle (whose compiled form it is)."""
+        from broker.connection import _COALESCE_CHUNKS
+        from broker.handlers import produce
+
+        ctx, metrics = self.ctx, self.metrics
+        if (_lane is None or produce.COMMON is None or _decode_request is None
+                or codec._encode_response_compiled is None or ctx.authorizer is not None
+                or ctx.log_manager is None or SUPPORTED[0][2] is not produce.handle):
+            return None
+        self._lane_entry = SUPPORTED[0]  # what the lane is the compiled form of
+        lo, hi, _handler = self._lane_entry
+        return _lane.Lane(
+            decode=_decode_request, request_table=codec.REQUEST_TABLE, common=produce.COMMON,
+            not_common=produce._NOT_COMMON, logs=ctx.log_manager.logs_by_key, waiters=ctx.fetch_waiters,
+            notify=ctx.notify_append, clock_ms=ctx.clock.time_ms,
+            produced=None if metrics is None else metrics.produced,
+            request_done=None if metrics is None else metrics.request_done,
+            encode=codec._encode_response_compiled, response_table=codec.RESPONSE_TABLE,
+            encode_python=codec.encode_response, min_version=max(lo, 3), max_version=hi,
+            max_frame=self.socket_request_max_bytes, coalesce=_COALESCE_CHUNKS)
+
+    def lane_for(self, session):
+        """The lane for the next frames of a connection with this session, or None: the
+        lane answers produce requests as dispatch() does for a session that is
+        authenticated and never expires (no SASL step, no re-authentication to check) on a
+        broker enforcing no client quota (nothing to record per request), while Produce's
+        entry in SUPPORTED (versions and handler) is the one it was made from."""
+        lane = self.lane
+        if lane is None or (session is not None and (session.state != _COMPLETE
+                                                     or session.expires_at_ms is not None)) \
+                or SUPPORTED.get(0) is not self._lane_entry:
+            return None
+        quotas = self.ctx.client_quotas
+        return None if quotas is not None and quotas.enforcing else lane
+
+    def lane_rest(self, conn, left, nbytes: int):
+        """A frame the lane began and left to this path, ``left`` its (after, header,
+        request, outcome, now_ms, tally, started), finished as dispatch() would: the
+        produce handler from its start (the compiled handle's ``not its case``, nothing
+        done), from where its compiled loop stopped, or the request failed (an
+        exception)."""
+        _after, header, request, outcome, now, tally, started = left
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):
+                raise outcome
+            return self._failed(conn, header, request, outcome, started)
+        produce = handlers.produce
+        try:
+            if outcome is produce._NOT_COMMON:
+                result = produce.handle(self.ctx, header, request, session=conn.session)
+            else:
+                result = produce.common_rest(self.ctx, header.api_version, request, outcome, now, tally)
+        except Exception as exc:
+            return self._failed(conn, header, request, exc, started)
+        return self._result(conn, header, request, result, started, nbytes)
 
     # -- client quotas ---------------------------------------------------------------------
     def _throttle(self, conn, header, request, response, request_bytes: int, seconds: float):

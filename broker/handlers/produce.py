@@ -100,11 +100,7 @@ def handle(ctx, header, request, session=None):
         if r is not _NOT_COMMON:
             if r.__class__ is not tuple:
                 return r  # the answer (None for acks=0)
-            i, items, results, exc = r  # stopped at item i (exc: the exception its append raised)
-            if exc is not None:
-                results.append(_refused(items[i][0], items[i][1], exc))
-                i += 1
-            return _append_from(ctx, version, request, request.acks, items, i, results, now, tally)
+            return common_rest(ctx, version, request, r, now, tally)
     acks = request.acks
     responses = []
     if acks not in (-1, 0, 1):
@@ -163,6 +159,17 @@ def handle(ctx, header, request, session=None):
     if txn_id is not None and getattr(ctx.config, "transaction_partition_verification_enable", True):
         items = [(t, p, _verified(ctx, txn_id, t, p, r, version)) for t, p, r in items]
     return _append_from(ctx, version, request, acks, items, 0, [], now, tally)
+
+
+def common_rest(ctx, version, request, stopped, now, tally):
+    """The rest of a request broker/_produce.c's handle stopped in: ``stopped`` is what it
+    returned, (position of the item it did not take, items, the answers before it, the
+    exception that item's append raised or None)."""
+    i, items, results, exc = stopped
+    if exc is not None:
+        results.append(_refused(items[i][0], items[i][1], exc))
+        i += 1
+    return _append_from(ctx, version, request, request.acks, items, i, results, now, tally)
 
 
 def _append_from(ctx, version, request, acks, items, i, results, now, tally):

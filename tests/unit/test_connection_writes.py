@@ -52,6 +52,9 @@ class Dispatcher:
     def connection_closed(self, conn):
         pass
 
+    def lane_for(self, session):  # no compiled lane: every frame through dispatch
+        return None
+
     def dispatch(self, conn, frame):
         name = bytes(frame)
         if name in self.asynchronous:
