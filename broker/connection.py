@@ -337,6 +337,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._closed or transport is None:
             return
         self.last_active = _now()
+        if len(chunks) == 1 and chunks[0].__class__ is bytearray:  # one encoded response, whole
+            transport.write(chunks[0])
+            return
         run: list = []  # consecutive bytes-like chunks: one writelines, one send
         for chunk in chunks:
             if isinstance(chunk, (bytes, bytearray, memoryview)):
