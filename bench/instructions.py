@@ -16,7 +16,11 @@ Shapes: ``one-record`` (one v2 batch of one 100 B record per request, metrics of
 on), ``one-record-idempotent`` (the same from an idempotent producer: a producer id and
 the next sequence number in each batch, as the Java client sends by default) and
 ``100-partitions`` (one record in each of 100 partitions per request; reported per
-partition). ``fetch-at-end`` counts Fetch requests instead (v11, as librdkafka 2.0
+partition). ``one-record-connection`` is ``one-record-metrics`` read by a connection
+(broker/connection.py's KafkaConnection, each request in a read of its own, its answer
+written to a transport that keeps nothing): the framing, the compiled lane or the
+dispatcher, and the write, as a live broker runs them for a producer that waits for each
+answer (without the event loop and the sockets). ``fetch-at-end`` counts Fetch requests instead (v11, as librdkafka 2.0
 sends them, metrics on): a consumer at the log's end, each fetch from the offset where
 the one-record batch appended just before it (not counted) begins, answered with it.
 ``--root`` measures another checkout with this virtualenv (for example a ``git
@@ -57,12 +61,14 @@ SHAPES = {  # name: (partitions per request, metrics on, share of --requests cou
     "one-record-idempotent": (1, False, 1, True),
     "100-partitions": (100, False, 0.1, False),  # a tenth as many requests: ten times the partitions
     "fetch-at-end": (1, True, 1, False),  # Fetch requests (FETCH_SHAPES), each after an uncounted produce
+    "one-record-connection": (1, True, 1, False),  # read by a connection (CONNECTION_SHAPES), one per read
 }
 FETCH_SHAPES = {"fetch-at-end"}
+CONNECTION_SHAPES = {"one-record-connection"}
 
 
 def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int, idempotent: bool,
-           fetch: bool = False) -> None:
+           fetch: bool = False, connection: bool = False) -> None:
     """Runs under valgrind: a broker context in this process, ``requests`` produce
     requests dispatched between the shim's start and stop."""
     import ctypes
@@ -113,6 +119,8 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
                   else [memoryview(bytearray(frame(0))) for _ in range(requests + 50)])
         if fetch:
             _fetch_at_end(cg, dispatcher, conn, frames, lm)
+        elif connection:
+            _through_connection(cg, dispatcher, frames)
         else:
             for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
                 assert dispatcher.dispatch(conn, view)
@@ -167,6 +175,40 @@ def _fetch_at_end(cg, dispatcher, conn, frames, lm) -> None:
     cg.cg_stop()
 
 
+class _Transport:
+    """Keeps nothing of what the connection writes."""
+
+    def write(self, data) -> None:
+        pass
+
+    def writelines(self, chunks) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def _through_connection(cg, dispatcher, frames) -> None:
+    """Each produce frame (its size in front) read by a KafkaConnection, one per read."""
+    from broker.connection import KafkaConnection
+
+    conn = KafkaConnection(dispatcher, None)
+    conn._transport = _Transport()
+    whole = [len(view).to_bytes(4, "big") + bytes(view) for view in frames]
+
+    def read(data: bytes) -> None:
+        buf = conn.get_buffer(len(data))
+        buf[: len(data)] = data
+        conn.buffer_updated(len(data))
+
+    for data in whole[:50]:
+        read(data)
+    cg.cg_start()
+    for data in whole[50:]:
+        read(data)
+    cg.cg_stop()
+
+
 def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int:
     partitions, metrics_on, _share, idempotent = SHAPES[shape]
     out = os.path.join(workdir, "cg.out")
@@ -177,7 +219,8 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
     cmd = (["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []) + [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
         sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
-        str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0"]
+        str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0",
+        "1" if shape in CONNECTION_SHAPES else "0"]
     # one hash seed: dict and set layouts (and so a few hundred instructions per request)
     # are the same from run to run and from checkout to checkout
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONHASHSEED="0"))
@@ -192,8 +235,9 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        root, shim, partitions, metrics_on, requests, idempotent, fetch = sys.argv[2:9]
-        _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1", fetch == "1")
+        root, shim, partitions, metrics_on, requests, idempotent, fetch, connection = sys.argv[2:10]
+        _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1", fetch == "1",
+               connection == "1")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000,
