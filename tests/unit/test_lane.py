@@ -13,7 +13,6 @@ import random
 import pytest
 
 from broker import _lane as lane_mod
-from broker import connection as connection_mod
 from broker import dispatcher as dispatcher_mod
 from broker.connection import KafkaConnection
 from broker.handlers import produce
@@ -100,9 +99,8 @@ def _request_series(metrics) -> list[str]:
 
 
 @pytest.mark.parametrize("session", ["none", "complete"])
-def test_lane_matches_the_dispatcher_path(tmp_path, monkeypatch, session):
+def test_lane_matches_the_dispatcher_path(tmp_path, session):
     rng = random.Random(41 if session == "none" else 42)
-    lanes = {}
     sides = {}
     for side in ("lane", "dispatch"):
         ctx, dispatcher = _broker(tmp_path / side)
@@ -112,11 +110,10 @@ def test_lane_matches_the_dispatcher_path(tmp_path, monkeypatch, session):
             assert dispatcher.lane is not None, "the lane is built with every compiled step it calls"
         s = None if session == "none" else Session(listener=None, client_ip="127.0.0.1", state=COMPLETE)
         sides[side] = (ctx, dispatcher) + _connection(dispatcher, s)
-        lanes[side] = dispatcher.lane
 
     # what the lane did: frames answered, frames left to the dispatcher by outcome
     counts = {"answered": 0, "not its case": 0, "went on": 0, "failed": 0}
-    real = lanes["lane"]
+    real = sides["lane"][1].lane
 
     def counting(view, start, end, out):
         r = real(view, start, end, out)
@@ -258,10 +255,19 @@ def test_lane_hands_back_a_request_that_failed(tmp_path):
         ctx.metrics.exposition().decode().splitlines()
 
 
-def test_the_lane_is_built_only_where_it_may_answer(tmp_path):
+def test_the_lane_is_built_only_where_it_may_answer(tmp_path, monkeypatch):
+    """No lane with an authorizer; none for a session not complete or one that expires;
+    none once Produce's entry in SUPPORTED is not the one it was made from."""
+    import dataclasses
+
     ctx, dispatcher = _broker(tmp_path)
     assert dispatcher.lane_for(None) is dispatcher.lane is not None
     assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE)) is dispatcher.lane
     assert dispatcher.lane_for(Session(listener=None, client_ip="x", state="initial")) is None
     assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE, expires_at_ms=1)) is None
-    assert connection_mod._COALESCE_CHUNKS == 64
+    monkeypatch.setitem(dispatcher_mod.SUPPORTED, 0, (0, 11, lambda *a, **kw: None))
+    assert dispatcher.lane_for(None) is None
+    monkeypatch.undo()
+    assert dispatcher.lane_for(None) is dispatcher.lane
+    with_authorizer = dataclasses.replace(ctx, authorizer=object())
+    assert dispatcher_mod.Dispatcher(with_authorizer).lane is None
