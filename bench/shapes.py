@@ -40,6 +40,10 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
     .venv/bin/python bench/shapes.py --shapes small --brokers chronolog
     make bench-shapes
 
+Every shape also reports the broker's peak RSS (VmHWM, started again at each run through
+/proc/PID/clear_refs; for ``many`` the higher of the produce's and the restart's; the
+highest of the runs in the table). Memory in MiB.
+
 Prints a Markdown table per shape with Chronolog/Tansu ratios (see bench/README.md).
 """
 
@@ -65,13 +69,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 try:  # run as a script (bench/ is sys.path[0]) or imported as bench.shapes
     from bench import _machine, _proc
     from bench.throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log,
-                                  process_tree_cpu_seconds, process_tree_rss_mb, start_broker, stop_broker,
-                                  wait_ready)
+                                  peak_rss_mb, process_tree_cpu_seconds, process_tree_rss_mb, reset_peak_rss,
+                                  start_broker, stop_broker, wait_ready)
 except ImportError:
     import _machine
     import _proc
-    from throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log, process_tree_cpu_seconds,
-                            process_tree_rss_mb, start_broker, stop_broker, wait_ready)
+    from throughput import (BenchError, default_chronolog_cmd, default_tansu_bin, log, peak_rss_mb,
+                            process_tree_cpu_seconds, process_tree_rss_mb, reset_peak_rss, start_broker, stop_broker,
+                            wait_ready)
 
 SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many", "share")
 
@@ -463,7 +468,9 @@ def shape_many(bp, args) -> dict:
            "rss_produce_mb": rss_loaded, "fd_limit": _soft_nofile(bp.proc.pid)}
     if bp.name == "tansu" and args.tansu_storage.startswith("memory:"):
         return out  # its memory storage does not outlive a restart: no start-up to measure
-    # a clean stop, then a start on the same data
+    # a clean stop, then a start on the same data (the run's peak RSS: the higher of the
+    # produce's and the start's)
+    peak_produce = peak_rss_mb(bp.proc.pid)
     restart_broker(bp)
     t = time.perf_counter()
     _wait_partitions(bp.bootstrap, topic, n, 600, bp)
@@ -472,6 +479,9 @@ def shape_many(bp, args) -> dict:
     if bp.name == "chronolog":  # it serves at once and loads cleanly stopped partitions behind
         out["all_loaded_s"] = _wait_all_loaded(bp, t, 600)
     out.update(rss_start_mb=process_tree_rss_mb(bp.proc.pid), fds_start=_fd_count(bp.proc.pid))
+    peaks = [m for m in (peak_produce, peak_rss_mb(bp.proc.pid)) if m is not None]
+    if peaks:
+        out["peak_rss_mb"] = max(peaks)
     return out
 
 
@@ -534,7 +544,7 @@ COLUMNS = {
     "latency": [("p50_ms", "p50 ms", "{:.2f}"), ("p99_ms", "p99 ms", "{:.2f}"), ("p999_ms", "p99.9 ms", "{:.2f}"),
                 ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
 }
-COLUMNS["latency-high"] = COLUMNS["latency"]
+COLUMNS["latency-high"] = list(COLUMNS["latency"])
 COLUMNS["fanout"] = [("records_per_s", "records delivered/s", "{:,.0f}"),
                      ("cpu_us_per_record", "broker CPU µs/record", "{:.2f}"), ("rss_mb", "RSS MiB", "{:.0f}")]
 COLUMNS["share"] = [("records_per_s", "records delivered/s", "{:,.0f}"),
@@ -550,6 +560,10 @@ COLUMNS["many"] = [("create_answered_s", "CreateTopics answered s", "{:.1f}"),
                    ("all_loaded_s", "all loaded s", "{:.2f}"),
                    ("rss_start_mb", "RSS after start MiB", "{:.0f}"), ("fds_start", "fds after start", "{:,.0f}"),
                    ("fd_limit", "fd limit", "{:,.0f}")]
+#: memory stays bounded under every shape: each reports the broker's peak RSS (VmHWM,
+#: started again at each run; the highest of the runs)
+for _cols in COLUMNS.values():
+    _cols.append(("peak_rss_mb", "peak RSS MiB", "{:.0f}"))
 
 
 #: shapes whose run changes the broker the next run would measure: ``many`` makes 10,000
@@ -570,7 +584,9 @@ def _runs_on_one_broker(shape: str, name: str, sargs, res: dict, runs: range) ->
         try:
             wait_ready(bp, sargs.startup_timeout)
             for run in runs:
+                reset_peak_rss(bp.proc.pid)  # each run's own peak
                 r = RUNNERS[shape](bp, sargs)
+                r.setdefault("peak_rss_mb", peak_rss_mb(bp.proc.pid))
                 res["runs"].append(r)
                 log(f"{shape} {name} run {run}: " + json.dumps({k: round(v, 3) if isinstance(v, float)
                                                                  else v for k, v in r.items()}))
@@ -584,7 +600,12 @@ def _runs_on_one_broker(shape: str, name: str, sargs, res: dict, runs: range) ->
 
 
 def median_of(runs: list[dict]) -> dict:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+    """Each measure's median over the runs; the peak RSS is the highest of them."""
+    out = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]
+           if isinstance(runs[0][k], (int, float))}
+    if all(isinstance(r.get("peak_rss_mb"), (int, float)) for r in runs):
+        out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    return out
 
 
 def render(shape: str, results: dict) -> str:
