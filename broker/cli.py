@@ -89,7 +89,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         rc = server.run(cfg)
     except KeyboardInterrupt:
         return EXIT_OK
-    except server.StartupError:
+    except (server.StartupError, server.ShutdownError):
         return EXIT_FAILURE  # the reason is logged, one line
     return EXIT_OK if rc is None else int(rc)
 

@@ -53,6 +53,12 @@ class StartupError(Exception):
     in use, a log dir that cannot be used or is another broker's, node ids that differ)."""
 
 
+class ShutdownError(Exception):
+    """The broker stopped, but not cleanly: closing the logs failed (each failure is logged
+    on its own line). The message is the one line the operator gets; the log dirs
+    concerned have no clean-shutdown marker and are recovered at the next start."""
+
+
 NO_LEADER_EPOCH = -1
 
 

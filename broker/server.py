@@ -17,7 +17,7 @@ import signal
 import threading
 
 from broker.context import BrokerContext, load_or_create_cluster_id
-from broker.errors import StartupError
+from broker.errors import ShutdownError, StartupError
 from broker.dispatcher import Dispatcher
 from broker.connection import KafkaConnection, TlsServer
 from broker.handlers.init_producer_id import ProducerIdManager
@@ -456,7 +456,11 @@ class BrokerServer:
                 cleaner.shutdown()  # workers stopped before the logs close
             except Exception:
                 log.exception("log cleaner shutdown failed")
-        self.log_manager.shutdown()
+        try:
+            self.log_manager.shutdown()
+        except Exception as exc:  # each failure logged by the log manager
+            self._stopped.set()
+            raise ShutdownError(f"closing the logs failed ({type(exc).__name__}: {exc})") from exc
         log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
         self._stopped.set()
 
@@ -548,6 +552,10 @@ async def serve(config) -> None:
     watchdog.start()
     try:
         await server.stop(timeout_ms)
+    except ShutdownError as exc:
+        log.error("Chronolog stopped with errors: %s; the log dirs concerned have no clean-shutdown marker "
+                  "and are recovered at the next start", exc)
+        raise
     finally:
         watchdog.cancel()
         if loop_handlers:

@@ -450,8 +450,11 @@ class LogManager:
                     # no fsync per file: one filesystem sync below covers them all
                     log.close(sync=False)
                     closing.append(log)
-            except Exception as e:  # pragma: no cover - keep closing the others
-                logger.exception("error closing %r", log)
+            except Exception as e:  # keep closing the others
+                if isinstance(e, OSError):  # a file gone or a disk failing: one line names it
+                    logger.error("error closing %r: %s", log, e)
+                else:  # pragma: no cover - a bug: its traceback
+                    logger.exception("error closing %r", log)
                 errors.append(e)
                 failed_dirs.add(self._dir_of(log))
         synced = set()

@@ -216,3 +216,31 @@ def test_sigint_stops_cleanly(broker_factory):
     rc, elapsed = sigterm_and_wait(b, signal.SIGINT)
     assert rc == 0 and elapsed < EXIT_BOUND_S, (rc, elapsed, b.log_tail(20))
     assert_clean_restart(b, [topic])
+
+
+def test_a_segment_file_gone_at_shutdown_is_named_in_one_line_exit_1_and_recovered(broker_factory):
+    """A file removed under the running broker (here a segment's offset index): the stop
+    names it in one line and exits 1, without a traceback; that log dir gets no
+    clean-shutdown marker, so the next start recovers it (the index rebuilt) and every
+    acknowledged record is still there."""
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    topic = create_topic(b.bootstrap, unique_topic("shutdown-gone"))
+    produce("kp", b.bootstrap, topic, make_records(3, now_ms()))
+    index = b.log_dir / f"{topic}-0" / "00000000000000000000.index"
+    assert index.exists()
+    pos = b.log_size()
+    index.unlink()
+    rc, elapsed = sigterm_and_wait(b)
+    text = b.log_text(since=pos)
+    assert rc == 1, f"exit code {rc}; log:\n{text[-3000:]}"
+    assert elapsed < EXIT_BOUND_S
+    assert "Traceback" not in text, text[-3000:]
+    assert any("error closing" in line and str(index) in line for line in text.splitlines()), text[-3000:]
+    assert "Chronolog stopped with errors: closing the logs failed (FileNotFoundError" in text, text[-3000:]
+    assert not (b.log_dir / CLEAN_MARKER).exists()
+    pos = b.log_size()
+    b.start()
+    assert "no clean-shutdown marker" in b.log_text(since=pos)
+    got = consume("kp", b.bootstrap, topic, 3)
+    assert [g.offset for g in got] == [0, 1, 2]
+    assert index.exists()
