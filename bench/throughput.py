@@ -562,7 +562,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"| {p['broker_cpu_s']:.2f} | {p['client_cpu_s']:.2f} "
                 f"| {_n(c['records_per_s'])} | {c['mb_per_s']:.1f} | {c['seconds']:.3f} "
                 f"| {c['broker_cpu_s']:.2f} | {c['client_cpu_s']:.2f} |")
-    rss = [f"{n}: {b['broker_rss_mb']:.0f} MB" for n, b in result["brokers"].items()
+    rss = [f"{n}: {b['broker_rss_mb']:.0f} MiB" for n, b in result["brokers"].items()
            if b.get("broker_rss_mb") is not None]
     if rss:
         out.append("")
