@@ -50,6 +50,9 @@ __all__ = ["BrokerMetrics", "BrokerStateCollector", "MetricsServer", "record_tim
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: chronolog_event_loop_lag_seconds: libuv's timers run in whole milliseconds, so a tick
+#: is up to about 1 ms late with nothing else to do
+LOOP_LAG_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 APPEND_DELAY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                         30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
 
@@ -414,6 +417,10 @@ class BrokerMetrics:
         self.retention_segments_deleted = Counter("chronolog_log_retention_segments_deleted",
                                                   "Segments deleted by retention (retention.ms, "
                                                   "retention.bytes, log start offset)", registry=ev)
+        self.loop_lag = Histogram("chronolog_event_loop_lag_seconds",
+                                  "How late the event loop ran a timer due every 100 ms: how long every "
+                                  "request and timer waited then (the loop busy with one piece of work, or "
+                                  "the process not scheduled)", buckets=LOOP_LAG_BUCKETS, registry=ev)
         self.recovery_seconds = Gauge("chronolog_log_recovery_seconds", "Duration of loading (and, after "
                                       "a crash, recovering) the logs at the last start", registry=ev)
         # security (Kafka's successful/failed-authentication-total, connection-count,

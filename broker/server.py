@@ -263,6 +263,7 @@ class BrokerServer:
             metrics.attach_state(lm, lambda: ctx.group_coordinator, self.clock)
             metrics.attach_share(lm, lambda: None if ctx.share_partitions is None else (ctx.share_groups,
                                                                                            ctx.share_partitions))
+            self._tasks.append(asyncio.ensure_future(watch_loop_lag(metrics)))
             self.metrics_server = MetricsServer(metrics, host, cfg.metrics_port)
             if await self.metrics_server.start():
                 # cancelled (and so closed) with the other tasks by stop()
@@ -466,6 +467,22 @@ class BrokerServer:
 
 
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+async def watch_loop_lag(metrics, tick_s: float = 0.1, warn_s: float = 1.0) -> None:
+    """Every ``tick_s``, how late the event loop ran a timer due then, into
+    chronolog_event_loop_lag_seconds: how long every request and timer waited at that
+    moment (one piece of work holding the loop, or the process not scheduled). A lag of
+    ``warn_s`` or more is also logged, one line."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + tick_s
+        await asyncio.sleep(tick_s)
+        lag = max(0.0, loop.time() - due)
+        metrics.loop_lag.observe(lag)
+        if lag >= warn_s:
+            log.warning("the event loop ran %.0f ms late: every request and timer waited that long (one piece "
+                        "of work holding the loop, or the process not scheduled)", lag * 1000)
 
 
 def settle_heap() -> int:

@@ -302,3 +302,18 @@ def test_deleted_topic_series_are_removed(mbroker):
     assert val(s, "chronolog_topic_produce_requests_total", topic=t) == 1
     assert val(s, "chronolog_produce_append_delay_seconds_count", topic=t) == 1
     assert val(s, "chronolog_topic_bytes_out_total", topic=t) is None
+
+
+def test_event_loop_lag_is_measured(mbroker):
+    """chronolog_event_loop_lag_seconds: a tick every 100 ms, its lateness observed; an
+    idle broker's ticks are on time (under a quarter second, with room for a busy
+    machine)."""
+    s1 = scrape(mbroker)
+    n1 = val(s1, "chronolog_event_loop_lag_seconds_count")
+    time.sleep(1.0)
+    s2 = scrape(mbroker)
+    n2 = val(s2, "chronolog_event_loop_lag_seconds_count")
+    assert 4 <= n2 - n1 <= 12, (n1, n2)
+    on_time = val(s2, "chronolog_event_loop_lag_seconds_bucket", le="0.25") \
+        - val(s1, "chronolog_event_loop_lag_seconds_bucket", le="0.25")
+    assert on_time >= (n2 - n1) - 1
