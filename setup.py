@@ -105,14 +105,14 @@ setup(
         Extension(
             PREFIX + "broker._produce",
             sources=["broker/_produce.c"],
-            depends=["broker/_slots.h"],
+            depends=["broker/_slots.h", "broker/_exc.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
             PREFIX + "broker._lane",
             sources=["broker/_lane.c"],
-            depends=["broker/_slots.h"],
+            depends=["broker/_slots.h", "broker/_exc.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -37,6 +37,7 @@
 #include <Python.h>
 #include <time.h>
 #include "_slots.h"
+#include "_exc.h"
 
 typedef struct {
     PyObject_HEAD
@@ -70,13 +71,7 @@ static PyObject *left(Py_ssize_t after, PyObject *header, PyObject *request, PyO
                       PyObject *tally, double started) {
     PyObject *exc = NULL;
     if (!outcome) {
-        PyObject *type, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        PyErr_NormalizeException(&type, &exc, &tb);
-        if (exc && tb)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
+        exc = take_exception();
         if (!exc)
             return NULL;
         outcome = exc;

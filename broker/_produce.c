@@ -43,6 +43,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_slots.h"
+#include "_exc.h"
 
 #define V2_HEADER 61        /* a v2 batch header's bytes */
 #define MAGIC_POS 16        /* the magic byte */
@@ -157,13 +158,7 @@ static PyObject *stopped_by(Py_ssize_t i) {
      * an Exception (KeyboardInterrupt, SystemExit): raised on */
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return NULL;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb && value)
-        PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+    PyObject *value = take_exception();
     if (!value)
         return NULL;
     return Py_BuildValue("(nN)", i, value);
