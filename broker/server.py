@@ -460,10 +460,11 @@ class BrokerServer:
         try:
             self.log_manager.shutdown()
         except Exception as exc:  # each failure logged by the log manager
-            self._stopped.set()
             raise ShutdownError(f"closing the logs failed ({type(exc).__name__}: {exc})") from exc
-        log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
-        self._stopped.set()
+        else:
+            log.info("Chronolog stopped (shutdown took %.0f ms)", (loop.time() - t0) * 1000)
+        finally:
+            self._stopped.set()
 
 
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
