@@ -178,6 +178,8 @@ class _Metric:
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.bounds = tuple(float(b) for b in buckets) if buckets is not None else None
+        if self.bounds is not None:
+            _ms_table(self.bounds)  # made now, not in the first request that has a new label
         self.children: dict[tuple, object] = {}
         if registry is not None:  # an _EventMetricsCollector
             registry.metrics.append(self)

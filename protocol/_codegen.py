@@ -980,19 +980,33 @@ FAST_CODEC = _fastwire is not None
 _fast_cache: dict[tuple[str, str, int], Callable] = {}
 
 
+class _Fallback:
+    """The generated Python function of (message, version), compiled at its first call:
+    the compiled runner calls it only for input it does not accept, so a pair's first
+    request does not wait for it to be generated (a millisecond or two per message)."""
+
+    __slots__ = ("kind", "name", "version")
+
+    def __init__(self, kind: str, name: str, version: int) -> None:
+        self.kind, self.name, self.version = kind, name, version
+
+    def function(self) -> Callable:
+        return (python_decoder if self.kind == "decode" else python_encoder)(self.name, self.version)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function()(*args)
+
+
 def _fast(kind: str, name: str, version: int) -> Callable:
     """The compiled runner of (message, version)'s plan, bound to its generated Python
-    function (the fallback) as ``partial(runner, plan, fallback[, inline max])``."""
+    function (the fallback, generated when first needed) as ``partial(runner, plan,
+    fallback[, inline max])``."""
 
     def make() -> Callable:
+        fallback = _Fallback(kind, name, version)
         if kind == "decode":
-            py = python_decoder(name, version)
-            fn = functools.partial(_fastwire.decode, decode_plan(name, version), py)
-        else:
-            py = python_encoder(name, version)
-            fn = functools.partial(_fastwire.encode, encode_plan(name, version), py, INLINE_RECORDS_MAX)
-        fn.__source__ = py.__source__  # type: ignore[attr-defined]
-        return fn
+            return functools.partial(_fastwire.decode, decode_plan(name, version), fallback)
+        return functools.partial(_fastwire.encode, encode_plan(name, version), fallback, INLINE_RECORDS_MAX)
 
     return _cached(_fast_cache, (kind, name, version), make)
 

@@ -301,3 +301,16 @@ def test_observe_ms_counts_as_observe_does():
             by_s.observe(ms / 1000.0)
         assert by_ms.counts == by_s.counts and by_ms.sum == by_s.sum
         assert sum(by_ms.counts) == len(values) and all(by_ms.counts[:-1])  # every bucket was reached
+
+
+def test_a_labelled_histograms_ms_table_is_made_with_the_histogram():
+    """The table observe_ms reads is made when the histogram is (at start-up), not when
+    the first request with a new label (a topic's first produce) makes its child."""
+    from broker.metrics import Histogram, _ms_tables
+
+    bounds = (0.0007, 0.0031, 0.047)
+    assert bounds not in _ms_tables
+    h = Histogram("chronolog_test_table_seconds", "test", ["topic"], buckets=bounds)
+    assert h.children == {} and bounds in _ms_tables
+    table = _ms_tables[bounds]
+    assert h.labels("t").ms_buckets is table
