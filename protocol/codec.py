@@ -16,7 +16,7 @@ import enum
 import os
 import re
 import struct
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from . import schema as _schema
 from ._codegen import (
@@ -290,6 +290,36 @@ def _request_plan(api_key: int, api_version: int):
     return plan
 
 
+def _response_plan(api_key: int, api_version: int):
+    """(encoder, body name, flexible header, class) of a pair; UnsupportedVersionError for
+    one not supported."""
+    name = _checked_name(_RESP_NAMES, api_key, api_version)
+    plan = _RESP_PLANS[(api_key, api_version)] = (
+        get_encoder(name, api_version), name, response_header_version(api_key, api_version) == 1,
+        get_class(name))
+    if FAST_CODEC:  # the plan and inline max of the compiled encoder (a partial of _fastwire.encode)
+        RESPONSE_TABLE[api_key << 16 | api_version] = (plan[0].args[0], plan[0].args[2], plan[2], plan[3])
+    return plan
+
+
+def prepare(api_keys: Iterable[int]) -> Iterator[None]:
+    """Builds, for every supported version of each api key, what decoding its request and
+    encoding its response need, so that no request waits for it: a pair met for the first
+    time otherwise pays for its schema, classes and plans (one to two milliseconds per
+    message). A generator, one pair per step, so that a server can take the steps between
+    requests; ``for _ in prepare(keys): pass`` takes them all at once."""
+    for api_key in api_keys:
+        name = _REQ_NAMES.get(api_key)
+        if name is None:
+            raise ValueError(f"unknown api key {api_key}")
+        for version in _schema.load_message(name).valid_versions:
+            if (api_key, version) not in _REQ_PLANS:
+                _request_plan(api_key, version)
+            if (api_key, version) not in _RESP_PLANS:
+                _response_plan(api_key, version)
+            yield
+
+
 def decode_request_header(frame: Any) -> tuple[Any, int]:
     """``(RequestHeader, body_offset)`` for any api key and version.
 
@@ -404,15 +434,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         chunks = _encode_response_compiled(RESPONSE_TABLE, api_key, api_version, correlation_id, body)
         if chunks is not None:
             return chunks
-    plan = _RESP_PLANS.get((api_key, api_version))
-    if plan is None:
-        name = _checked_name(_RESP_NAMES, api_key, api_version)
-        plan = _RESP_PLANS[(api_key, api_version)] = (
-            get_encoder(name, api_version), name, response_header_version(api_key, api_version) == 1,
-            get_class(name))
-        if FAST_CODEC:  # the plan and inline max of the compiled encoder (a partial of _fastwire.encode)
-            RESPONSE_TABLE[api_key << 16 | api_version] = (plan[0].args[0], plan[0].args[2], plan[2], plan[3])
-    encoder, name, flexible_header, cls = plan
+    encoder, name, flexible_header, cls = _RESP_PLANS.get((api_key, api_version)) or _response_plan(
+        api_key, api_version)
     if type(body) is not cls:
         _check_body(name, body)
     chunks: list = []
