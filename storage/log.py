@@ -1042,7 +1042,9 @@ class Log:
                 f"log start offset {lso}, log end offset {leo}")
         if fetch_offset == leo or (max_offset is not None and fetch_offset >= max_offset):
             return FetchDataInfo(None, hw, lso)
-        i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        i = bisect.bisect_right(self._bases, fetch_offset) - 1
+        if i < 0:
+            i = 0
         segs = self._segments
         while i < len(segs):
             seg = segs[i]
@@ -1055,7 +1057,7 @@ class Log:
                     limit = found.position
             records = seg.read(fetch_offset, max_bytes, max_position=limit, min_one_message=min_one_message)
             if records is not None:
-                return FetchDataInfo(records if len(records) else None, hw, lso)
+                return FetchDataInfo(records if records.length else None, hw, lso)
             i += 1
         return FetchDataInfo(None, hw, lso)
 

@@ -115,7 +115,8 @@ def _read_all(ctx, version, request, denied=frozenset()):
     Returns (response, bytes, had_error)."""
     lm = ctx.log_manager
     hard_limit = version <= 2
-    limit_bytes = _INT_MAX if version < 3 else max(0, request.max_bytes)
+    # (conditional expressions, not min and max: those builtins cost about 700 instructions a call)
+    limit_bytes = _INT_MAX if version < 3 else (request.max_bytes if request.max_bytes > 0 else 0)
     min_one = not hard_limit
     total = 0
     had_error = False
@@ -152,10 +153,12 @@ def _read_all(ctx, version, request, denied=frozenset()):
                     parts.append(diverged)
                     had_error = had_error or diverged.error_code != 0
                     continue
-            max_bytes = min(p.partition_max_bytes, limit_bytes) if not hard_limit else p.partition_max_bytes
+            max_bytes = p.partition_max_bytes
+            if not hard_limit and limit_bytes < max_bytes:
+                max_bytes = limit_bytes
             stable = plog.last_stable_offset
             try:
-                data = plog.read(p.fetch_offset, max(0, max_bytes), min_one_message=min_one,
+                data = plog.read(p.fetch_offset, max_bytes if max_bytes > 0 else 0, min_one_message=min_one,
                                  max_offset=stable if committed else None)
             except se.StorageError as exc:
                 code = error_code_for(exc)
@@ -205,7 +208,7 @@ def _read_all(ctx, version, request, denied=frozenset()):
                     continue
             if size:
                 min_one = False
-                limit_bytes = max(0, limit_bytes - size)
+                limit_bytes = limit_bytes - size if limit_bytes > size else 0
                 total += size
             aborted = None
             if committed:
