@@ -171,6 +171,16 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+def _recorded_topic_id(directory: str):
+    """The topic id partition.metadata records, None without the file or when it is not
+    Kafka's format (torn by a crash: the log manager has said so in a warning, and the
+    file is written again)."""
+    try:
+        return partition_metadata.read(directory)
+    except partition_metadata.PartitionMetadataError:
+        return None
+
+
 class Log:
     """A partition log.  Synchronous; meant for the broker's single asyncio thread."""
 
@@ -217,9 +227,9 @@ class Log:
         self.topic_id = topic_id
         if not topic_id_recorded:
             os.makedirs(self.dir, exist_ok=True)
-        if topic_id is not None and not topic_id_recorded and partition_metadata.read(self.dir) != topic_id:
-            # sync_new_files=False: a new partition whose creator syncs the filesystem
-            # once for all (LogManager.create_topic) before the topic exists
+        if topic_id is not None and not topic_id_recorded and _recorded_topic_id(self.dir) != topic_id:
+            # sync_new_files=False: a new partition, which loses nothing in a crash (the
+            # next start makes it again, LogManager.create_topic)
             partition_metadata.write(self.dir, topic_id, sync=sync_new_files)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments

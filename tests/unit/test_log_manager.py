@@ -247,6 +247,49 @@ def test_shutdown_trims_indexes_and_restart_after_kill(tmp_path):
     log.close_handlers()
 
 
+def test_creating_a_topic_does_not_flush_the_filesystem(tmp_path, monkeypatch):
+    """A small topic's partitions are made without a syncfs of the log dir, which would
+    wait, on the event loop, for every dirty page of the filesystem (a second for a few
+    GB that producers or other programs wrote); topics.json is still written durably."""
+    import storage.log_manager as log_manager
+
+    m = manager([tmp_path])
+    flushed = []
+    monkeypatch.setattr(log_manager, "sync_filesystem", flushed.append)
+    m.create_topic("quick", 3)
+    assert flushed == []
+    assert "quick" in json.loads((tmp_path / TOPICS_FILE).read_text())["topics"]
+    m.shutdown()
+    assert flushed == [str(tmp_path)]  # the clean stop still syncs the log dir once
+
+
+def test_a_new_partition_lost_in_a_crash_is_made_again(tmp_path, caplog):
+    """What a crash right after CreateTopics can leave of partitions made without an
+    fsync (their topic listed in topics.json, which was): a partition directory gone,
+    a partition.metadata empty. The next start makes the one and rewrites the other;
+    every partition takes records."""
+    m = manager([tmp_path])
+    info = m.create_topic("fresh", 3)
+    for p in range(3):
+        m.get_log("fresh", p).close_handlers()  # the crash: nothing closed, nothing synced
+    import shutil
+
+    shutil.rmtree(tmp_path / "fresh-1")
+    (tmp_path / "fresh-2" / "partition.metadata").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="chronolog.storage"):
+        m2 = manager([tmp_path])
+    assert "partition directory of fresh-1 is missing; creating" in caplog.text
+    assert "rewriting it with topic id" in caplog.text
+    from storage import partition_metadata
+
+    for p in range(3):
+        log = m2.get_log("fresh", p)
+        append(log, [build_batch([(100 + p, b"v")])])
+        assert log.log_end_offset == 1
+        assert partition_metadata.read(str(tmp_path / f"fresh-{p}")) == info.topic_id
+    m2.shutdown()
+
+
 def test_real_config_classes(tmp_path):
     config = pytest.importorskip("config")
     broker = config.load_broker_config(None, [f"log.dirs={tmp_path}", "log.segment.bytes=2000"], env={})
