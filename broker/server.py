@@ -35,6 +35,25 @@ _CLEANER_TICK_MS = 100
 FIRST_SECONDS_API_KEYS = (18, 3, 0, 1, 2, 10, 8, 9, 11, 12, 13, 14, 22, 68)
 
 
+async def flush_off_the_loop(log_manager) -> int:
+    """One pass of the periodic flush. The rolled segments' fsyncs (Kafka's flush on roll)
+    run on a worker thread: a segment rolled while the page cache still holds it dirty
+    takes 120-145 ms to fsync for 256 MiB (measured under a bulk produce), which every
+    client waited for while the loop did it. The loop only opens the descriptors before
+    and moves the recovery points after (storage.log.RolledFlush). Then the flush.ms
+    flushes, here. Returns the logs flushed."""
+    from storage.log import fsync_rolled
+
+    flushes = log_manager.start_rolled_flushes()
+    done = set()
+    if flushes:
+        # (cancelled at shutdown, the thread still closes the descriptors; the stop syncs
+        # the filesystem)
+        await asyncio.get_running_loop().run_in_executor(None, fsync_rolled, flushes)
+        done = log_manager.finish_rolled_flushes(flushes)
+    return len(done) + log_manager.flush_due(rolled=False)
+
+
 async def _prepare_codec() -> None:
     """The codec's plans for what every client sends in its first seconds
     (FIRST_SECONDS_API_KEYS), made once the listeners are up, a pair per loop turn (a
@@ -397,7 +416,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(interval_ms / 1000.0)
             try:
-                self.log_manager.flush_due()
+                await flush_off_the_loop(self.log_manager)
             except Exception:
                 log.exception("periodic flush failed")
 

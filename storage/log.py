@@ -50,8 +50,10 @@ then renames the ``.swap`` files to their final names.
 
 Writes reach the page cache before ``append`` returns (``os.pwrite``), so acknowledged
 data survives a process kill without fsync; fsync happens per ``flush.messages`` /
-``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to flush_due, as
-Kafka schedules it in the background).
+``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to the periodic
+flush, as Kafka schedules it in the background: ``start_rolled_flush`` opens descriptors
+of the files, ``fsync_rolled`` fsyncs them on the broker's worker thread,
+``finish_rolled_flush`` moves the recovery point).
 """
 
 from __future__ import annotations
@@ -171,6 +173,36 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+class RolledFlush:
+    """A log's rolled segments to make durable (Log.start_rolled_flush): the offset the
+    recovery point moves to, descriptors of the files to fsync (closed by fsync_rolled),
+    the producer-state snapshots among them, the log's truncation count when it began,
+    and the OSError of a failed fsync."""
+
+    __slots__ = ("log", "offset", "files", "snapshots", "truncations", "error")
+
+    def __init__(self, log, offset: int, files: list, snapshots: list, truncations: int) -> None:
+        self.log, self.offset, self.files, self.snapshots = log, offset, files, snapshots
+        self.truncations = truncations
+        self.error: OSError | None = None
+
+
+def fsync_rolled(flushes: list[RolledFlush]) -> None:
+    """fsync, then close, every descriptor of each flush; thread-safe (it touches only the
+    descriptors, which are the flushes' own). A failed fsync is kept in the flush's
+    ``error``, naming the file, and its other files are closed without one."""
+    for flush in flushes:
+        files, flush.files = flush.files, []
+        for fd, path in files:
+            try:
+                if flush.error is None:
+                    os.fsync(fd)
+            except OSError as exc:
+                flush.error = OSError(exc.errno, f"fsync of {path} failed: {exc.strerror}")
+            finally:
+                os.close(fd)
+
+
 def _recorded_topic_id(directory: str):
     """The topic id partition.metadata records, None without the file or when it is not
     Kafka's format (torn by a crash: the log manager has said so in a warning, and the
@@ -191,7 +223,7 @@ class Log:
                  "_producer_state", "_log_start_offset",
                  "_bases", "_closed", "_epochs", "_first_recovered_base", "_pending_deletes", "_rng",
                  "_validation_rules", "clock", "config", "dir", "flush_interval_ms", "last_flush_ms", "on_background",
-                 "partition", "producer_id_expiration_ms", "topic", "topic_id", "__weakref__")
+                 "partition", "producer_id_expiration_ms", "topic", "topic_id", "_truncations", "__weakref__")
 
     def __init__(self, dir_path: str, config, clock, *, topic: str | None = None,
                  partition: int | None = None, rng=None, recovery_point: int | None = None,
@@ -260,6 +292,7 @@ class Log:
         # after a clean shutdown everything up to the end was fsync'd; after a crash only
         # what the checkpoint says (the recovered tail is in the page cache, not on disk)
         self.recovery_point = self._leo if had_clean_shutdown else min(rp, self._leo)
+        self._truncations = 0  # truncate_to calls (a rolled flush begun before one is void)
         self.last_flush_ms = clock.monotonic_ms()
 
     # ------------------------------------------------------------------ loading
@@ -1155,6 +1188,7 @@ class Log:
         self._leo = offset
         self._hw = min(self._hw, offset)
         self.recovery_point = min(self.recovery_point, offset)
+        self._truncations += 1  # a rolled flush begun before this moves no recovery point
         self.on_background(self)  # segments before the recovery point may be unsynced
         current = self._epochs.latest_epoch
         self._epochs.truncate_from_end(offset)
@@ -1187,13 +1221,55 @@ class Log:
         return (bool(self._pending_deletes) or self.flush_interval_ms is not None
                 or self.recovery_point < self._segments[-1].base_offset)
 
+    def start_rolled_flush(self) -> RolledFlush | None:
+        """Kafka's flush on roll, begun: the segments rolled since the last flush and the
+        producer-state snapshots written at their rolls, as descriptors of their files
+        for :func:`fsync_rolled` to fsync on another thread (a rolled segment the page
+        cache still holds dirty takes hundreds of milliseconds), then
+        :meth:`finish_rolled_flush` here. None when there is nothing to flush."""
+        if self._closed:
+            return None
+        segs = self._segments
+        target = segs[-1].base_offset
+        rp = self.recovery_point
+        if rp >= target:
+            return None
+        files: list[tuple[int, str]] = []
+        try:
+            for i in range(len(segs) - 1):
+                if segs[i + 1].base_offset > rp:  # holds offsets at or past the recovery point
+                    files += segs[i].durable_files()
+            snapshots, snapshot_files = self._producer_state.unsynced_snapshot_files(target)
+            files += snapshot_files
+        except BaseException:
+            for fd, _path in files:
+                os.close(fd)
+            raise
+        return RolledFlush(self, target, files, snapshots, self._truncations)
+
+    def finish_rolled_flush(self, flush: RolledFlush) -> bool:
+        """After :func:`fsync_rolled`: the recovery point moves to the flushed segments'
+        end, unless the fsync failed or the log was closed or truncated meanwhile (the
+        next pass begins again). Whether it moved."""
+        if flush.error is not None or self._closed or flush.truncations != self._truncations:
+            return False
+        self._producer_state.snapshots_synced(flush.snapshots)
+        if flush.offset > self.recovery_point:
+            self.recovery_point = flush.offset
+        self.last_flush_ms = self.clock.monotonic_ms()
+        return True
+
     def flush_rolled_segments(self) -> bool:
-        """fsync segments rolled since the last flush (Kafka's flush on roll)."""
-        active_base = self._segments[-1].base_offset
-        if self.recovery_point < active_base:
-            self.flush(active_base)
-            return True
-        return False
+        """The three steps of a rolled flush at once, the fsyncs on this thread; raises
+        the OSError of a failed fsync. Whether there was anything to flush."""
+        flush = self.start_rolled_flush()
+        if flush is None:
+            return False
+        fsync_rolled([flush])
+        if flush.error is not None:
+            raise flush.error
+        self.finish_rolled_flush(flush)
+        return True
 
     def close(self, sync: bool = True) -> None:
         """Clean close: final time-index entries, indexes trimmed, files closed.

@@ -68,7 +68,7 @@ from storage.checkpoint import (
 )
 from storage import partition_metadata
 from storage.open_files import OPEN_FILES
-from storage.log import Log, parse_topic_partition_dir
+from storage.log import Log, RolledFlush, fsync_rolled, parse_topic_partition_dir
 
 __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
 
@@ -831,13 +831,46 @@ class LogManager:
         return set(self._logs) | set(self._pending)
 
     # ------------------------------------------------------------------ flushing
-    def flush_due(self) -> int:
-        """Periodic flush policy: rolled segments, and ``flush.ms`` per log (visiting the
+    def start_rolled_flushes(self) -> list[RolledFlush]:
+        """Each log's flush on roll, begun (Log.start_rolled_flush), for ``fsync_rolled``
+        on a worker thread and then ``finish_rolled_flushes``: the broker's periodic flush,
+        which must not hold the event loop for the fsyncs."""
+        flushes = []
+        for log in self._background_logs():
+            try:
+                flush = log.start_rolled_flush()
+            except OSError as e:  # a segment file gone or a disk failing: the next pass tries again
+                logger.error("%s-%d: cannot flush its rolled segments: %s", log.topic, log.partition, e)
+                continue
+            if flush is not None:
+                flushes.append(flush)
+        return flushes
+
+    def finish_rolled_flushes(self, flushes: list[RolledFlush]) -> set[Log]:
+        """After ``fsync_rolled``: each log's recovery point moved (or an error line naming
+        the file; the next pass flushes again). The logs flushed."""
+        done = set()
+        for flush in flushes:
+            if flush.error is not None:
+                logger.error("%s-%d: rolled segments not flushed (the next pass tries again): %s",
+                             flush.log.topic, flush.log.partition, flush.error)
+            elif flush.log.finish_rolled_flush(flush):
+                done.add(flush.log)
+        return done
+
+    def flush_due(self, rolled: bool = True) -> int:
+        """Periodic flush policy: rolled segments (with ``rolled``, here and now; the broker
+        takes them apart, ``start_rolled_flushes``) and ``flush.ms`` per log (visiting the
         logs that may have background work, not every log).  Returns logs flushed."""
+        done: set[Log] = set()
+        if rolled:
+            flushes = self.start_rolled_flushes()
+            fsync_rolled(flushes)
+            done = self.finish_rolled_flushes(flushes)
         now = self.clock.monotonic_ms()
         flushed = 0
         for log in self._background_logs():
-            did = log.flush_rolled_segments()
+            did = log in done
             flush_ms = log.flush_interval_ms
             if (flush_ms is not None and log.unflushed_messages > 0
                     and now - log.last_flush_ms >= flush_ms):

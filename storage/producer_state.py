@@ -468,6 +468,29 @@ class ProducerStateManager:
         """The filesystem was synced as a whole (a clean shutdown): no snapshot is left unsynced."""
         self._unsynced.clear()
 
+    def unsynced_snapshot_files(self, up_to: int) -> tuple[list[int], list[tuple[int, str]]]:
+        """The snapshots written without fsync at offsets <= ``up_to``: their offsets, and
+        a (descriptor, path) of each that still exists, for a caller that fsyncs and closes
+        them on another thread, then calls ``snapshots_synced(offsets)``."""
+        offsets, files = [], []
+        try:
+            for off in sorted(self._unsynced):
+                if off > up_to:
+                    continue
+                offsets.append(off)
+                try:
+                    files.append((os.open(self._path(off), os.O_RDONLY), self._path(off)))
+                except FileNotFoundError:
+                    pass
+        except BaseException:
+            for fd, _path in files:
+                os.close(fd)
+            raise
+        return offsets, files
+
+    def snapshots_synced(self, offsets) -> None:
+        self._unsynced.difference_update(offsets)
+
     def sync_snapshots(self, up_to: int | None = None) -> None:
         """fsync snapshots written without it (at roll) at offsets <= ``up_to``."""
         for off in sorted(self._unsynced):

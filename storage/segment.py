@@ -656,6 +656,25 @@ class LogSegment:
         return cut
 
     # ------------------------------------------------------------------ durability / life cycle
+    def durable_files(self) -> list[tuple[int, str]]:
+        """(descriptor, path) of each of the segment's files, new descriptors of their own
+        (the .log's duplicated, the indexes opened by path; a missing .txnindex skipped),
+        for a caller that fsyncs them on another thread and closes them: what ``flush``
+        makes durable, without the event loop waiting for it, and unaffected by the
+        segment being closed or deleted meanwhile (an fsync of the same inodes)."""
+        files = [(os.dup(self._file.fileno()), self.log_path)]
+        try:
+            for path in (self.offset_index_path, self.time_index_path, self.txn_index_path):
+                try:
+                    files.append((os.open(path, os.O_RDONLY), path))
+                except FileNotFoundError:
+                    pass  # no .txnindex (no aborted transaction), or an index trimmed to nothing
+        except BaseException:
+            for fd, _path in files:
+                os.close(fd)
+            raise
+        return files
+
     def flush(self) -> None:
         """fsync the .log and msync both indexes."""
         os.fsync(self._file.fileno())

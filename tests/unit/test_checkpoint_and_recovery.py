@@ -230,7 +230,7 @@ def test_the_periodic_passes_visit_only_logs_with_background_work(tmp_path, monk
     log, timed = m.get_log("a", 0), m.get_log("timed", 0)
     fill(log, 30, t0=NOW - 10 * 24 * 3600 * 1000)  # rolls: segments to fsync
     fill(log, 1, t0=NOW)
-    flushes = _spy_visits(monkeypatch, "flush_rolled_segments")
+    flushes = _spy_visits(monkeypatch, "start_rolled_flush")
     m.flush_due()  # the first pass looks at every log once
     flushes.clear()
     m.flush_due()

@@ -1,0 +1,115 @@
+"""Kafka's flush on roll, off the event loop: Log.start_rolled_flush opens descriptors
+of the rolled segments' files (and of the producer-state snapshots written at their
+rolls), storage.log.fsync_rolled fsyncs and closes them on any thread, and
+Log.finish_rolled_flush moves the recovery point, unless the fsync failed or the log
+was truncated meanwhile. broker.server.flush_off_the_loop takes these steps with the
+fsyncs on a worker thread while the loop serves."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import uvloop
+
+from broker.server import flush_off_the_loop
+from storage import log as log_mod
+from storage.log import fsync_rolled
+from tests.unit.test_checkpoint_and_recovery import NOW, fill, manager
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
+    m = manager(tmp_path)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    fill(log, 30, t0=NOW)
+    assert len(log.segments) > 2 and log.recovery_point == 0
+    before = _open_fds()
+    flush = log.start_rolled_flush()
+    target = log.segments[-1].base_offset
+    assert flush.offset == target and len(flush.files) >= 3 * (len(log.segments) - 1)
+    assert {path for _fd, path in flush.files} >= {s.log_path for s in log.segments[:-1]}
+    assert log.recovery_point == 0  # nothing moves before the fsyncs
+    fsync_rolled([flush])
+    assert flush.error is None and flush.files == [] and _open_fds() == before  # each one closed
+    assert log.finish_rolled_flush(flush) and log.recovery_point == target
+    assert log.start_rolled_flush() is None  # nothing left to flush
+    m.shutdown()
+
+
+def test_a_truncation_during_the_fsyncs_voids_the_flush(tmp_path):
+    m = manager(tmp_path)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    fill(log, 30, t0=NOW)
+    flush = log.start_rolled_flush()
+    fsync_rolled([flush])
+    log.truncate_to(log.segments[1].base_offset + 1)  # (as a leader epoch change does)
+    assert not log.finish_rolled_flush(flush)
+    assert log.recovery_point <= log.segments[1].base_offset + 1  # not moved past what was cut
+    again = log.start_rolled_flush()  # the next pass flushes what is rolled now
+    fsync_rolled([again])
+    assert log.finish_rolled_flush(again) and log.recovery_point == log.segments[-1].base_offset
+    m.shutdown()
+
+
+def test_a_failed_fsync_names_the_file_moves_nothing_and_closes_every_descriptor(tmp_path, caplog):
+    m = manager(tmp_path)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    fill(log, 30, t0=NOW)
+    before = _open_fds()
+    flushes = m.start_rolled_flushes()
+    assert [f.log for f in flushes] == [log]
+    fd, path = flushes[0].files[1]
+    r, w = os.pipe()  # fsync of a pipe fails (EINVAL): a disk that cannot sync
+    os.close(w)
+    os.close(fd)
+    flushes[0].files[1] = (r, path)
+    fsync_rolled(flushes)
+    assert _open_fds() == before
+    with caplog.at_level("ERROR"):
+        assert m.finish_rolled_flushes(flushes) == set()
+    assert f"fsync of {path} failed" in caplog.text and "rolled segments not flushed" in caplog.text
+    assert log.recovery_point == 0
+    assert m.flush_due() == 1 and log.recovery_point == log.segments[-1].base_offset  # the next pass
+    m.shutdown()
+
+
+def test_the_broker_fsyncs_rolled_segments_on_a_worker_thread_while_the_loop_serves(tmp_path, monkeypatch):
+    m = manager(tmp_path)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    fill(log, 30, t0=NOW)
+    target = log.segments[-1].base_offset
+    loop_thread = threading.get_ident()
+    in_fsync, served = threading.Event(), threading.Event()
+    threads = set()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):  # an fsync that lasts until the loop has served something
+        threads.add(threading.get_ident())
+        in_fsync.set()
+        assert served.wait(10), "the loop served nothing while an fsync ran: the fsync held it"
+        real_fsync(fd)
+
+    monkeypatch.setattr(log_mod.os, "fsync", slow_fsync)
+
+    async def main():
+        task = asyncio.ensure_future(flush_off_the_loop(m))
+        while not in_fsync.is_set():
+            await asyncio.sleep(0.001)
+        assert log.recovery_point == 0  # the fsyncs are under way, the point not moved yet
+        served.set()  # (a request served by the loop meanwhile)
+        return await task
+
+    assert uvloop.run(main()) == 1
+    monkeypatch.setattr(log_mod.os, "fsync", real_fsync)
+    assert threads and loop_thread not in threads
+    assert log.recovery_point == target
+    m.shutdown()
