@@ -360,3 +360,47 @@ def test_encode_response_leaves_what_it_cannot_write_to_the_codec():
     assert _fastwire.encode_response(codec.RESPONSE_TABLE, 0, 9, 2**31, ProduceResponse()) is None
     with pytest.raises(Exception):
         codec.encode_response(0, 9, 1, bad)
+
+
+def _fetch_v15(topic_id) -> bytes:
+    from protocol.messages import FetchRequest, RequestHeader
+
+    header = RequestHeader(api_key=1, api_version=15, correlation_id=2, client_id="t")
+    return codec.encode_request(header, FetchRequest(
+        max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        rack_id="", forgotten_topics_data=[], topics=[FetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+            FetchRequest.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=5, log_start_offset=-1,
+                                        partition_max_bytes=1 << 20)])]))[4:]
+
+
+def test_a_topic_id_decoded_again_is_the_same_uuid_object():
+    """uuid.UUID(bytes=...) is Python code: the compiled decoder keeps the UUID of each
+    16 bytes met lately (a UUID is immutable) and hands the same object out again; past
+    its bound it starts over, still decoding every id right."""
+    tid = uuid.uuid4()
+    frame = _fetch_v15(tid)
+    first = codec.decode_request(frame)[1].topics[0].topic_id
+    again = codec.decode_request(frame)[1].topics[0].topic_id
+    assert first == tid and again is first
+    ids = [uuid.UUID(int=i * 7919 + 1) for i in range(5000)]  # past the bound (4,096)
+    assert [codec.decode_request(_fetch_v15(t))[1].topics[0].topic_id for t in ids] == ids
+    assert codec.decode_request(frame)[1].topics[0].topic_id == tid
+
+
+@pytest.mark.parametrize("topic_id", [uuid.UUID(int=0), uuid.UUID(int=(1 << 128) - 1), uuid.uuid4()])
+def test_topic_ids_written_as_the_python_encoder_writes_them(topic_id):
+    """A uuid.UUID's 16 bytes taken from its int in C (UUID.bytes is a Python property),
+    and a subclass's through .bytes: both as the generated Python encoder writes them."""
+    from protocol.messages import FetchResponse
+
+    class Sub(uuid.UUID):
+        pass
+
+    for tid in (topic_id, Sub(int=topic_id.int)):
+        resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+            FetchResponse.FetchableTopicResponse(topic="", topic_id=tid, partitions=[])])
+        before = _fastwire.fallbacks()
+        fast = _codegen.get_encoder("FetchResponse", 15)(resp, bytearray(), [])
+        assert _fastwire.fallbacks() == before
+        assert bytes(fast) == bytes(_codegen.python_encoder("FetchResponse", 15)(resp, bytearray(), []))
+        assert topic_id.bytes in bytes(fast)
