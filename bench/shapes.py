@@ -31,6 +31,11 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   (linger.ms=5), then a clean stop and a start on the same data: the start-up time
   (process start to a Metadata answer listing every partition), the RSS and the open
   file descriptors after it, and the descriptor count during the produce.
+* ``beside-bulk``: one client's latency beside a bulk producer. A producer process sends
+  ``--bulk-mb`` MB of 10 KB records in batches up to 1 MB (linger.ms=20, acks=1) to one
+  topic; meanwhile this process produces one record every 5 ms to another (acks=all,
+  linger.ms=0) and waits for each. Reports the bulk MB/s and the probe's p50, p99 and
+  worst latency while the bulk ran.
 * ``share``: share groups (issue 18). ``--records`` records of 100 B on 4 partitions read
   by ``--share-consumers`` (4) ShareConsumer processes of one share group (implicit
   acknowledgement). Reports records delivered/s, broker CPU per record (acquisition,
@@ -78,7 +83,7 @@ except ImportError:
                             process_tree_cpu_seconds, process_tree_rss_mb, reset_peak_rss, start_broker, stop_broker,
                             wait_ready)
 
-SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many", "share")
+SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many", "share", "beside-bulk")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
@@ -532,9 +537,53 @@ def shape_latency_high(bp, args) -> dict:
     return _latency(bp, args, args.high_rate)
 
 
+# ----------------------------------------------------------------------------- beside-bulk
+def _bulk_producer(bootstrap: str, topic: str, mb: int, out) -> None:
+    """Its own process: ``mb`` MB of 10 KB records as fast as the client sends them."""
+    errors: list = []
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1", "batch.size": 1_000_000,
+                  "queue.buffering.max.kbytes": 500_000,
+                  "on_delivery": lambda err, msg: err is not None and errors.append(str(err))})
+    value = os.urandom(10_000)
+    p.list_topics(topic, timeout=30)
+    t0 = time.time()
+    produce_n(p, topic, mb * 100, value)
+    left = p.flush(120)
+    out.put((left + len(errors), time.time() - t0, errors[:1]))
+
+
+def shape_beside_bulk(bp, args) -> dict:
+    bulk, probe_topic = f"bulk-{uuid.uuid4().hex[:6]}", f"probe-{uuid.uuid4().hex[:6]}"
+    create_topic(bp.bootstrap, bulk, 1)
+    create_topic(bp.bootstrap, probe_topic, 1)
+    p = Producer({"bootstrap.servers": bp.bootstrap, "linger.ms": 0, "acks": "all"})
+    p.list_topics(probe_topic, timeout=30)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    producer = ctx.Process(target=_bulk_producer, args=(bp.bootstrap, bulk, args.bulk_mb, q))
+    producer.start()
+    lat: list[float] = []
+    done: list[float] = []
+    while producer.is_alive() and q.empty():
+        done.clear()
+        t0 = time.perf_counter()
+        p.produce(probe_topic, b"x", on_delivery=lambda err, msg: done.append(time.perf_counter()))
+        if p.flush(60) or not done:
+            raise BenchError("a probe record was not delivered")
+        lat.append((done[0] - t0) * 1000)
+        time.sleep(0.005)
+    left, seconds, error = q.get(timeout=180)
+    producer.join(60)
+    if left or len(lat) < 20:
+        raise BenchError(f"bulk: {left} records not delivered {error}; {len(lat)} probe records")
+    lat.sort()
+    return {"bulk_mb_per_s": args.bulk_mb / seconds, "probes": len(lat), "p50_ms": lat[len(lat) // 2],
+            "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))], "max_ms": lat[-1]}
+
+
 RUNNERS = {"small": shape_small, "partitions": shape_partitions, "latency": shape_latency,
            "latency-high": shape_latency_high, "fanout": shape_fanout, "idle": shape_idle, "many": shape_many,
-           "share": shape_share}
+           "share": shape_share, "beside-bulk": shape_beside_bulk}
 COLUMNS = {
     "small": [("records_per_s", "records/s", "{:,.0f}"), ("cpu_us_per_record", "broker CPU µs/record", "{:.1f}")],
     "partitions": [("create_cpu_s", "create CPU s", "{:.2f}"), ("produce_records_per_s", "produce rec/s", "{:,.0f}"),
@@ -560,6 +609,9 @@ COLUMNS["many"] = [("create_answered_s", "CreateTopics answered s", "{:.1f}"),
                    ("all_loaded_s", "all loaded s", "{:.2f}"),
                    ("rss_start_mb", "RSS after start MiB", "{:.0f}"), ("fds_start", "fds after start", "{:,.0f}"),
                    ("fd_limit", "fd limit", "{:,.0f}")]
+COLUMNS["beside-bulk"] = [("bulk_mb_per_s", "bulk MB/s", "{:.0f}"), ("probes", "probe records", "{:,.0f}"),
+                          ("p50_ms", "probe p50 ms", "{:.2f}"), ("p99_ms", "probe p99 ms", "{:.1f}"),
+                          ("max_ms", "probe max ms", "{:.1f}")]
 #: memory stays bounded under every shape: each reports the broker's peak RSS (VmHWM,
 #: started again at each run; the highest of the runs)
 for _cols in COLUMNS.values():
@@ -642,6 +694,7 @@ def main(argv=None) -> int:
     ap.add_argument("--idle-connections", type=int, default=1000, help="idle: idle connections (1000)")
     ap.add_argument("--share-consumers", type=int, default=4, help="share: share consumer processes (4)")
     ap.add_argument("--many-partitions", type=int, default=10_000, help="many: partitions (10000)")
+    ap.add_argument("--bulk-mb", type=int, default=1000, help="beside-bulk: MB the bulk producer sends (1000)")
     ap.add_argument("--chronolog-cmd", default=default_chronolog_cmd())
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
     ap.add_argument("--tansu-storage", default="memory://tansu/")

@@ -135,3 +135,63 @@ def test_a_small_file_slice_goes_in_the_same_send(tmp_path):
     conn.write_chunks([b"hdr", FileSlice(f, 8, 5)])
     assert conn._closed
     f.close()
+
+
+class PausingTransport(Transport):
+    def __init__(self):
+        super().__init__()
+        self.reading = True
+        self.pauses = 0
+
+    def pause_reading(self):
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self):
+        self.reading = True
+
+
+def test_a_connection_that_keeps_reading_yields_the_loop_turn_after_each_mib():
+    """libuv reads a socket that stays readable up to 32 times a turn: a connection stops
+    reading once it has read _YIELD_BYTES (256 KiB) since it last yielded, and reads
+    again from the next turn, so other connections' requests wait for that much work."""
+    from broker.connection import _YIELD_BYTES
+
+    async def main():
+        conn = KafkaConnection(Dispatcher(), listener=None)
+        t = PausingTransport()
+        conn.connection_made(t)
+        chunk = frames(*[b"r%06d" % i + b"x" * 4000 for i in range(16)])  # 16 requests, about 64 KiB
+        fed = 0
+        while fed + len(chunk) < _YIELD_BYTES:
+            feed(conn, chunk)
+            fed += len(chunk)
+        assert fed and t.reading and t.pauses == 0  # under the bound: reading on
+        feed(conn, chunk)  # past it: reading stops for the rest of this turn
+        assert not t.reading and t.pauses == 1
+        await asyncio.sleep(0)  # the loop's next turn
+        assert t.reading
+        answered = [c for _, cs in t.calls for c in cs]
+        assert len(answered) == 16 * (fed // len(chunk) + 1) and answered[0] == b"resp-r000000" + b"x" * 4000
+        return conn, t
+
+    asyncio.run(main())
+
+
+def test_a_yield_does_not_resume_reading_another_reason_stopped():
+    """Reading stopped by the memory pool (queued.max.request.bytes) stays stopped when the
+    yielded turn is over; the pool's memory_available resumes it."""
+
+    async def main():
+        conn = KafkaConnection(Dispatcher(), listener=None)
+        t = PausingTransport()
+        conn.connection_made(t)
+        conn._yield_turn()
+        assert not t.reading
+        conn._memory_paused = True  # the pool ran out meanwhile (set as _process_frames sets it)
+        await asyncio.sleep(0)
+        assert not t.reading  # still stopped: the pool's reason holds
+        conn.memory_available()
+        assert t.reading
+
+    asyncio.run(main())
