@@ -263,6 +263,7 @@ class Log:
             # sync_new_files=False: a new partition, which loses nothing in a crash (the
             # next start makes it again, LogManager.create_topic)
             partition_metadata.write(self.dir, topic_id, sync=sync_new_files)
+        self._truncations = 0  # truncate_to calls (a rolled flush begun before one is void)
         rp = 0 if recovery_point is None else max(0, int(recovery_point))
         self._first_recovered_base: int | None = None  # set by _check_segments
         names = self._load(rp, had_clean_shutdown)
@@ -292,7 +293,6 @@ class Log:
         # after a clean shutdown everything up to the end was fsync'd; after a crash only
         # what the checkpoint says (the recovered tail is in the page cache, not on disk)
         self.recovery_point = self._leo if had_clean_shutdown else min(rp, self._leo)
-        self._truncations = 0  # truncate_to calls (a rolled flush begun before one is void)
         self.last_flush_ms = clock.monotonic_ms()
 
     # ------------------------------------------------------------------ loading

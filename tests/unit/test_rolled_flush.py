@@ -23,11 +23,17 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
+def _rolled(tmp_path):
+    """A log manager and its one log, rolled a few times (segments of 2,000 bytes)."""
     m = manager(tmp_path)
     m.create_topic("t", 1)
     log = m.get_log("t", 0)
     fill(log, 30, t0=NOW)
+    return m, log
+
+
+def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
+    m, log = _rolled(tmp_path)
     assert len(log.segments) > 2 and log.recovery_point == 0
     before = _open_fds()
     flush = log.start_rolled_flush()
@@ -43,10 +49,7 @@ def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
 
 
 def test_a_truncation_during_the_fsyncs_voids_the_flush(tmp_path):
-    m = manager(tmp_path)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    fill(log, 30, t0=NOW)
+    m, log = _rolled(tmp_path)
     flush = log.start_rolled_flush()
     fsync_rolled([flush])
     log.truncate_to(log.segments[1].base_offset + 1)  # (as a leader epoch change does)
@@ -59,10 +62,7 @@ def test_a_truncation_during_the_fsyncs_voids_the_flush(tmp_path):
 
 
 def test_a_failed_fsync_names_the_file_moves_nothing_and_closes_every_descriptor(tmp_path, caplog):
-    m = manager(tmp_path)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    fill(log, 30, t0=NOW)
+    m, log = _rolled(tmp_path)
     before = _open_fds()
     flushes = m.start_rolled_flushes()
     assert [f.log for f in flushes] == [log]
@@ -82,10 +82,7 @@ def test_a_failed_fsync_names_the_file_moves_nothing_and_closes_every_descriptor
 
 
 def test_the_broker_fsyncs_rolled_segments_on_a_worker_thread_while_the_loop_serves(tmp_path, monkeypatch):
-    m = manager(tmp_path)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    fill(log, 30, t0=NOW)
+    m, log = _rolled(tmp_path)
     target = log.segments[-1].base_offset
     loop_thread = threading.get_ident()
     in_fsync, served = threading.Event(), threading.Event()
