@@ -49,11 +49,12 @@ indexes) and fsyncs the directory (the commit point), renames the old segments
 then renames the ``.swap`` files to their final names.
 
 Writes reach the page cache before ``append`` returns (``os.pwrite``), so acknowledged
-data survives a process kill without fsync; fsync happens per ``flush.messages`` /
-``flush.ms`` (LogManager.flush_due) and for rolled segments (deferred to the periodic
-flush, as Kafka schedules it in the background: ``start_rolled_flush`` opens descriptors
-of the files, ``fsync_rolled`` fsyncs them on the broker's worker thread,
-``finish_rolled_flush`` moves the recovery point).
+data survives a process kill without fsync; fsync happens per ``flush.messages`` (in
+``append``), and in the periodic flush (LogManager.start_flushes) for ``flush.ms`` and
+for rolled segments, as Kafka's log flusher and its flush on roll run in the background:
+``start_flush`` / ``start_rolled_flush`` open descriptors of the files,
+``fsync_flushes`` fsyncs them on the broker's worker thread, ``finish_flush`` moves the
+recovery point.
 """
 
 from __future__ import annotations
@@ -173,11 +174,12 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class RolledFlush:
-    """A log's rolled segments to make durable (Log.start_rolled_flush): the offset the
-    recovery point moves to, descriptors of the files to fsync (closed by fsync_rolled),
-    the producer-state snapshots among them, the log's truncation count when it began,
-    and the OSError of a failed fsync."""
+class LogFlush:
+    """A log's flush taken apart so that its fsyncs run off the event loop
+    (Log.start_rolled_flush, Log.start_flush): the offset the recovery point moves to,
+    descriptors of the files to fsync (closed by fsync_flushes), the producer-state
+    snapshots among them, the log's truncation count when it began, and the OSError of a
+    failed fsync."""
 
     __slots__ = ("log", "offset", "files", "snapshots", "truncations", "error")
 
@@ -187,7 +189,7 @@ class RolledFlush:
         self.error: OSError | None = None
 
 
-def fsync_rolled(flushes: list[RolledFlush]) -> None:
+def fsync_flushes(flushes: list[LogFlush]) -> None:
     """fsync, then close, every descriptor of each flush; thread-safe (it touches only the
     descriptors, which are the flushes' own). A failed fsync is kept in the flush's
     ``error``, naming the file, and its other files are closed without one."""
@@ -1221,34 +1223,41 @@ class Log:
         return (bool(self._pending_deletes) or self.flush_interval_ms is not None
                 or self.recovery_point < self._segments[-1].base_offset)
 
-    def start_rolled_flush(self) -> RolledFlush | None:
+    def start_rolled_flush(self) -> LogFlush | None:
         """Kafka's flush on roll, begun: the segments rolled since the last flush and the
         producer-state snapshots written at their rolls, as descriptors of their files
-        for :func:`fsync_rolled` to fsync on another thread (a rolled segment the page
+        for :func:`fsync_flushes` to fsync on another thread (a rolled segment the page
         cache still holds dirty takes hundreds of milliseconds), then
-        :meth:`finish_rolled_flush` here. None when there is nothing to flush."""
+        :meth:`finish_flush` here. None when there is nothing to flush."""
+        return self.start_flush(self._segments[-1].base_offset)
+
+    def start_flush(self, target: int) -> LogFlush | None:
+        """``flush(target)`` begun, as :meth:`start_rolled_flush` (Kafka's log flusher
+        thread, for ``flush.ms``, takes the log's end): the segments holding offsets
+        from the recovery point up to ``target``. None when there is nothing to flush."""
         if self._closed:
             return None
         segs = self._segments
-        target = segs[-1].base_offset
         rp = self.recovery_point
         if rp >= target:
             return None
         files: list[tuple[int, str]] = []
         try:
-            for i in range(len(segs) - 1):
-                if segs[i + 1].base_offset > rp:  # holds offsets at or past the recovery point
-                    files += segs[i].durable_files()
+            for i, seg in enumerate(segs):
+                if seg.base_offset >= target:
+                    break
+                if i + 1 == len(segs) or segs[i + 1].base_offset > rp:  # holds offsets at or past it
+                    files += seg.durable_files()
             snapshots, snapshot_files = self._producer_state.unsynced_snapshot_files(target)
             files += snapshot_files
         except BaseException:
             for fd, _path in files:
                 os.close(fd)
             raise
-        return RolledFlush(self, target, files, snapshots, self._truncations)
+        return LogFlush(self, target, files, snapshots, self._truncations)
 
-    def finish_rolled_flush(self, flush: RolledFlush) -> bool:
-        """After :func:`fsync_rolled`: the recovery point moves to the flushed segments'
+    def finish_flush(self, flush: LogFlush) -> bool:
+        """After :func:`fsync_flushes`: the recovery point moves to the flushed segments'
         end, unless the fsync failed or the log was closed or truncated meanwhile (the
         next pass begins again). Whether it moved."""
         if flush.error is not None or self._closed or flush.truncations != self._truncations:
@@ -1265,10 +1274,10 @@ class Log:
         flush = self.start_rolled_flush()
         if flush is None:
             return False
-        fsync_rolled([flush])
+        fsync_flushes([flush])
         if flush.error is not None:
             raise flush.error
-        self.finish_rolled_flush(flush)
+        self.finish_flush(flush)
         return True
 
     def close(self, sync: bool = True) -> None:

@@ -68,7 +68,7 @@ from storage.checkpoint import (
 )
 from storage import partition_metadata
 from storage.open_files import OPEN_FILES
-from storage.log import Log, RolledFlush, fsync_rolled, parse_topic_partition_dir
+from storage.log import Log, LogFlush, fsync_flushes, parse_topic_partition_dir
 
 __all__ = ["LogManager", "TopicInfo", "validate_topic_name", "TOPICS_FILE"]
 
@@ -831,14 +831,21 @@ class LogManager:
         return set(self._logs) | set(self._pending)
 
     # ------------------------------------------------------------------ flushing
-    def start_rolled_flushes(self) -> list[RolledFlush]:
-        """Each log's flush on roll, begun (Log.start_rolled_flush), for ``fsync_rolled``
-        on a worker thread and then ``finish_rolled_flushes``: the broker's periodic flush,
-        which must not hold the event loop for the fsyncs."""
+    def start_flushes(self) -> list[LogFlush]:
+        """The periodic flush policy, begun: each log's flush on roll, or for a log whose
+        ``flush.ms`` has passed, its flush up to the log end (Log.start_rolled_flush,
+        Log.start_flush), for ``fsync_flushes`` on a worker thread and then
+        ``finish_flushes``: the broker's periodic flush, which must not hold the event
+        loop for the fsyncs (Kafka's log flusher is a thread of its own too)."""
         flushes = []
+        now = self.clock.monotonic_ms()
         for log in self._background_logs():
             try:
-                flush = log.start_rolled_flush()
+                flush_ms = log.flush_interval_ms
+                if flush_ms is not None and log.unflushed_messages > 0 and now - log.last_flush_ms >= flush_ms:
+                    flush = log.start_flush(log.log_end_offset)
+                else:
+                    flush = log.start_rolled_flush()
             except OSError as e:  # a segment file gone or a disk failing: the next pass tries again
                 logger.error("%s-%d: cannot flush its rolled segments: %s", log.topic, log.partition, e)
                 continue
@@ -846,40 +853,30 @@ class LogManager:
                 flushes.append(flush)
         return flushes
 
-    def finish_rolled_flushes(self, flushes: list[RolledFlush]) -> set[Log]:
-        """After ``fsync_rolled``: each log's recovery point moved (or an error line naming
-        the file; the next pass flushes again). The logs flushed."""
+    def finish_flushes(self, flushes: list[LogFlush]) -> set[Log]:
+        """After ``fsync_flushes``: each log's recovery point moved (or an error line naming
+        the file; the next pass flushes again), and the logs left with no background work
+        forgotten by the periodic passes. The logs flushed."""
         done = set()
         for flush in flushes:
             if flush.error is not None:
-                logger.error("%s-%d: rolled segments not flushed (the next pass tries again): %s",
+                logger.error("%s-%d: not flushed (the next pass tries again): %s",
                              flush.log.topic, flush.log.partition, flush.error)
-            elif flush.log.finish_rolled_flush(flush):
+            elif flush.log.finish_flush(flush):
                 done.add(flush.log)
-        return done
-
-    def flush_due(self, rolled: bool = True) -> int:
-        """Periodic flush policy: rolled segments (with ``rolled``, here and now; the broker
-        takes them apart, ``start_rolled_flushes``) and ``flush.ms`` per log (visiting the
-        logs that may have background work, not every log).  Returns logs flushed."""
-        done: set[Log] = set()
-        if rolled:
-            flushes = self.start_rolled_flushes()
-            fsync_rolled(flushes)
-            done = self.finish_rolled_flushes(flushes)
-        now = self.clock.monotonic_ms()
-        flushed = 0
         for log in self._background_logs():
-            did = log in done
-            flush_ms = log.flush_interval_ms
-            if (flush_ms is not None and log.unflushed_messages > 0
-                    and now - log.last_flush_ms >= flush_ms):
-                log.flush()
-                did = True
-            flushed += did
             if not log.has_background_work():
                 self._background.discard(log)
-        return flushed
+        return done
+
+    def flush_due(self) -> int:
+        """The periodic flush policy (rolled segments, and ``flush.ms`` per log, visiting
+        the logs that may have background work, not every log) here and now, the fsyncs
+        on this thread; the broker takes it apart (``start_flushes``). Returns the logs
+        flushed."""
+        flushes = self.start_flushes()
+        fsync_flushes(flushes)
+        return len(self.finish_flushes(flushes))
 
     # ------------------------------------------------------------------ retention
     def cleanup_logs(self) -> int:

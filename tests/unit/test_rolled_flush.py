@@ -1,7 +1,7 @@
 """Kafka's flush on roll, off the event loop: Log.start_rolled_flush opens descriptors
 of the rolled segments' files (and of the producer-state snapshots written at their
-rolls), storage.log.fsync_rolled fsyncs and closes them on any thread, and
-Log.finish_rolled_flush moves the recovery point, unless the fsync failed or the log
+rolls), storage.log.fsync_flushes fsyncs and closes them on any thread, and
+Log.finish_flush moves the recovery point, unless the fsync failed or the log
 was truncated meanwhile. broker.server.flush_off_the_loop takes these steps with the
 fsyncs on a worker thread while the loop serves."""
 
@@ -15,7 +15,7 @@ import uvloop
 
 from broker.server import flush_off_the_loop
 from storage import log as log_mod
-from storage.log import fsync_rolled
+from storage.log import fsync_flushes
 from tests.unit.test_checkpoint_and_recovery import NOW, fill, manager
 
 
@@ -41,9 +41,9 @@ def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
     assert flush.offset == target and len(flush.files) >= 3 * (len(log.segments) - 1)
     assert {path for _fd, path in flush.files} >= {s.log_path for s in log.segments[:-1]}
     assert log.recovery_point == 0  # nothing moves before the fsyncs
-    fsync_rolled([flush])
+    fsync_flushes([flush])
     assert flush.error is None and flush.files == [] and _open_fds() == before  # each one closed
-    assert log.finish_rolled_flush(flush) and log.recovery_point == target
+    assert log.finish_flush(flush) and log.recovery_point == target
     assert log.start_rolled_flush() is None  # nothing left to flush
     m.shutdown()
 
@@ -51,31 +51,31 @@ def test_a_rolled_flush_moves_the_recovery_point_after_the_fsyncs(tmp_path):
 def test_a_truncation_during_the_fsyncs_voids_the_flush(tmp_path):
     m, log = _rolled(tmp_path)
     flush = log.start_rolled_flush()
-    fsync_rolled([flush])
+    fsync_flushes([flush])
     log.truncate_to(log.segments[1].base_offset + 1)  # (as a leader epoch change does)
-    assert not log.finish_rolled_flush(flush)
+    assert not log.finish_flush(flush)
     assert log.recovery_point <= log.segments[1].base_offset + 1  # not moved past what was cut
     again = log.start_rolled_flush()  # the next pass flushes what is rolled now
-    fsync_rolled([again])
-    assert log.finish_rolled_flush(again) and log.recovery_point == log.segments[-1].base_offset
+    fsync_flushes([again])
+    assert log.finish_flush(again) and log.recovery_point == log.segments[-1].base_offset
     m.shutdown()
 
 
 def test_a_failed_fsync_names_the_file_moves_nothing_and_closes_every_descriptor(tmp_path, caplog):
     m, log = _rolled(tmp_path)
     before = _open_fds()
-    flushes = m.start_rolled_flushes()
+    flushes = m.start_flushes()
     assert [f.log for f in flushes] == [log]
     fd, path = flushes[0].files[1]
     r, w = os.pipe()  # fsync of a pipe fails (EINVAL): a disk that cannot sync
     os.close(w)
     os.close(fd)
     flushes[0].files[1] = (r, path)
-    fsync_rolled(flushes)
+    fsync_flushes(flushes)
     assert _open_fds() == before
     with caplog.at_level("ERROR"):
-        assert m.finish_rolled_flushes(flushes) == set()
-    assert f"fsync of {path} failed" in caplog.text and "rolled segments not flushed" in caplog.text
+        assert m.finish_flushes(flushes) == set()
+    assert f"fsync of {path} failed" in caplog.text and "t-0: not flushed (the next pass tries again)" in caplog.text
     assert log.recovery_point == 0
     assert m.flush_due() == 1 and log.recovery_point == log.segments[-1].base_offset  # the next pass
     m.shutdown()
@@ -109,4 +109,30 @@ def test_the_broker_fsyncs_rolled_segments_on_a_worker_thread_while_the_loop_ser
     monkeypatch.setattr(log_mod.os, "fsync", real_fsync)
     assert threads and loop_thread not in threads
     assert log.recovery_point == target
+    m.shutdown()
+
+
+def test_a_log_past_its_flush_ms_is_flushed_to_its_end_the_same_way(tmp_path):
+    """flush.ms (Kafka's log flusher thread): the periodic pass's flush of such a log
+    takes the active segment too, up to the log end when it began; appends meanwhile
+    stay unflushed for the next pass."""
+    from storage.clock import ManualClock
+    from tests.unit.test_log_helpers import topic_config
+
+    clock = ManualClock(NOW)
+    m = manager(tmp_path, clock)
+    m.create_topic("timed", 1)
+    log = m.get_log("timed", 0)
+    log.update_config(topic_config(segment_bytes=2000, flush_ms=1000))
+    fill(log, 30, t0=NOW)
+    end = log.log_end_offset
+    assert log.segments[-1].base_offset < end  # records in the active segment
+    clock.advance(1000)
+    flushes = m.start_flushes()
+    assert [(f.log, f.offset) for f in flushes] == [(log, end)]
+    assert log.segments[-1].log_path in {path for _fd, path in flushes[0].files}
+    fill(log, 1, t0=NOW)  # an append while the fsyncs run
+    fsync_flushes(flushes)
+    assert m.finish_flushes(flushes) == {log}
+    assert log.recovery_point == end and log.unflushed_messages == log.log_end_offset - end > 0
     m.shutdown()
