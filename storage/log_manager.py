@@ -847,7 +847,8 @@ class LogManager:
                 else:
                     flush = log.start_rolled_flush()
             except OSError as e:  # a segment file gone or a disk failing: the next pass tries again
-                logger.error("%s-%d: cannot flush its rolled segments: %s", log.topic, log.partition, e)
+                logger.error("%s-%d: cannot begin its flush (the next pass tries again): %s",
+                             log.topic, log.partition, e)
                 continue
             if flush is not None:
                 flushes.append(flush)
