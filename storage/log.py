@@ -1269,16 +1269,13 @@ class Log:
         return True
 
     def flush_rolled_segments(self) -> bool:
-        """The three steps of a rolled flush at once, the fsyncs on this thread; raises
-        the OSError of a failed fsync. Whether there was anything to flush."""
-        flush = self.start_rolled_flush()
-        if flush is None:
-            return False
-        fsync_flushes([flush])
-        if flush.error is not None:
-            raise flush.error
-        self.finish_flush(flush)
-        return True
+        """fsync segments rolled since the last flush (Kafka's flush on roll), here and
+        now; the broker's periodic flush takes it apart (start_rolled_flush)."""
+        active_base = self._segments[-1].base_offset
+        if self.recovery_point < active_base:
+            self.flush(active_base)
+            return True
+        return False
 
     def close(self, sync: bool = True) -> None:
         """Clean close: final time-index entries, indexes trimmed, files closed.
