@@ -478,8 +478,9 @@ class ProducerStateManager:
                 if off > up_to:
                     continue
                 offsets.append(off)
+                path = self._path(off)
                 try:
-                    files.append((os.open(self._path(off), os.O_RDONLY), self._path(off)))
+                    files.append((os.open(path, os.O_RDONLY), path))
                 except FileNotFoundError:
                     pass
         except BaseException:
