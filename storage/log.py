@@ -1200,28 +1200,26 @@ class Log:
 
     # ------------------------------------------------------------------ durability
     def flush(self, offset: int | None = None) -> None:
-        """fsync the segments holding [recovery point, offset) (default: up to the LEO)."""
+        """fsync the segments holding [recovery point, offset) (default: up to the LEO) and
+        the producer-state snapshots written without an fsync at or below ``offset``, here
+        and now: the three steps of :meth:`start_flush` on this thread (``flush.messages``,
+        a shutdown, a partition's move). Raises the OSError of a failed fsync, naming the
+        file; the recovery point then stays where it was."""
         self._ensure_open()
-        if offset is None:
-            offset = self._leo
-        rp = self.recovery_point
-        segs = self._segments
-        for i, seg in enumerate(segs):
-            if seg.base_offset >= offset:
-                break
-            end = segs[i + 1].base_offset if i + 1 < len(segs) else None
-            if end is not None and end <= rp:
-                continue
-            seg.flush()
-        self._producer_state.sync_snapshots(offset)
-        self.recovery_point = max(rp, offset)
+        flush = self.start_flush(self._leo if offset is None else offset)
+        if flush is not None:
+            fsync_flushes([flush])
+            if flush.error is not None:
+                raise flush.error
+            self.finish_flush(flush)
         self.last_flush_ms = self.clock.monotonic_ms()
 
     def has_background_work(self) -> bool:
         """Whether the log manager's periodic passes have anything to do here: segment
         files to delete later, rolled segments not yet fsync'd, a flush.ms to keep."""
         return (bool(self._pending_deletes) or self.flush_interval_ms is not None
-                or self.recovery_point < self._segments[-1].base_offset)
+                or self.recovery_point < self._segments[-1].base_offset
+                or self._producer_state.has_unsynced_snapshots())
 
     def start_rolled_flush(self) -> LogFlush | None:
         """Kafka's flush on roll, begun: the segments rolled since the last flush and the
@@ -1234,26 +1232,30 @@ class Log:
     def start_flush(self, target: int) -> LogFlush | None:
         """``flush(target)`` begun, as :meth:`start_rolled_flush` (Kafka's log flusher
         thread, for ``flush.ms``, takes the log's end): the segments holding offsets
-        from the recovery point up to ``target``. None when there is nothing to flush."""
+        from the recovery point up to ``target``, and the producer-state snapshots written
+        without an fsync at or below it, whether or not the recovery point is there already
+        (a roll at the recovery point writes one; Kafka's roll fsyncs its snapshot apart
+        from the segments). None when there is nothing to flush."""
         if self._closed:
             return None
         segs = self._segments
         rp = self.recovery_point
-        if rp >= target:
-            return None
         files: list[tuple[int, str]] = []
         try:
-            for i, seg in enumerate(segs):
-                if seg.base_offset >= target:
-                    break
-                if i + 1 == len(segs) or segs[i + 1].base_offset > rp:  # holds offsets at or past it
-                    files += seg.durable_files()
+            if rp < target:
+                for i, seg in enumerate(segs):
+                    if seg.base_offset >= target:
+                        break
+                    if i + 1 == len(segs) or segs[i + 1].base_offset > rp:  # holds offsets at or past it
+                        files += seg.durable_files()
             snapshots, snapshot_files = self._producer_state.unsynced_snapshot_files(target)
             files += snapshot_files
         except BaseException:
             for fd, _path in files:
                 os.close(fd)
             raise
+        if rp >= target and not snapshots:
+            return None
         return LogFlush(self, target, files, snapshots, self._truncations)
 
     def finish_flush(self, flush: LogFlush) -> bool:

@@ -489,23 +489,11 @@ class ProducerStateManager:
             raise
         return offsets, files
 
+    def has_unsynced_snapshots(self) -> bool:
+        return bool(self._unsynced)
+
     def snapshots_synced(self, offsets) -> None:
         self._unsynced.difference_update(offsets)
-
-    def sync_snapshots(self, up_to: int | None = None) -> None:
-        """fsync snapshots written without it (at roll) at offsets <= ``up_to``."""
-        for off in sorted(self._unsynced):
-            if up_to is not None and off > up_to:
-                continue
-            self._unsynced.discard(off)
-            try:
-                fd = os.open(self._path(off), os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     # ------------------------------------------------------------------ state
     def is_empty(self) -> bool:

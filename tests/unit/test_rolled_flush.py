@@ -136,3 +136,54 @@ def test_a_log_past_its_flush_ms_is_flushed_to_its_end_the_same_way(tmp_path):
     assert m.finish_flushes(flushes) == {log}
     assert log.recovery_point == end and log.unflushed_messages == log.log_end_offset - end > 0
     m.shutdown()
+
+
+def test_a_roll_at_the_recovery_point_has_its_snapshot_fsynced_by_the_next_pass(tmp_path):
+    """A flush up to the log end (flush.messages, a shutdown of a moved partition), then a
+    roll there: no segment is left to flush, but the roll's producer-state snapshot was
+    written without an fsync. Kafka fsyncs it in the flush the roll schedules; here the
+    next periodic pass takes it, though the recovery point is already there."""
+    m, log = _rolled(tmp_path)
+    log.flush()
+    end = log.log_end_offset
+    assert log.recovery_point == end
+    log.roll()
+    snapshot = os.path.join(log.dir, f"{end:020d}.snapshot")
+    assert os.path.exists(snapshot) and log.recovery_point == log.segments[-1].base_offset == end
+    assert log.has_background_work()  # the unsynced snapshot keeps it in the periodic passes
+    flushes = m.start_flushes()
+    assert [(f.log, [path for _fd, path in f.files]) for f in flushes] == [(log, [snapshot])]
+    fsync_flushes(flushes)
+    assert m.finish_flushes(flushes) == {log}
+    assert not log.has_background_work() and m.start_flushes() == []
+    m.shutdown()
+
+
+def test_a_synchronous_flush_takes_the_same_steps_and_names_a_failed_fsync(tmp_path, monkeypatch):
+    """Log.flush (flush.messages, a shutdown) fsyncs what start_flush names, the roll's
+    snapshots included; a failed fsync raises naming the file, leaves the recovery point
+    and every snapshot unsynced for the next flush, and closes every descriptor."""
+    m, log = _rolled(tmp_path)
+    end = log.log_end_offset
+    synced = []
+    real_fsync = os.fsync
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    before = _open_fds()
+    monkeypatch.setattr(log_mod.os, "fsync", failing)
+    try:
+        log.flush()
+        raise AssertionError("the failed fsync was not raised")
+    except OSError as e:
+        assert "fsync of " in str(e) and log.dir in str(e) and "Input/output error" in str(e)
+    monkeypatch.setattr(log_mod.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+                        or real_fsync(fd))
+    assert log.recovery_point == 0 and _open_fds() == before
+    assert log.has_background_work()
+    log.flush()
+    assert log.recovery_point == end
+    assert set(synced) >= {s.log_path for s in log.segments} | {
+        os.path.join(log.dir, f"{s.base_offset:020d}.snapshot") for s in log.segments[1:]}
+    m.shutdown()
