@@ -1216,7 +1216,8 @@ class Log:
 
     def has_background_work(self) -> bool:
         """Whether the log manager's periodic passes have anything to do here: segment
-        files to delete later, rolled segments not yet fsync'd, a flush.ms to keep."""
+        files to delete later, rolled segments or a roll's snapshot not yet fsync'd, a
+        flush.ms to keep."""
         return (bool(self._pending_deletes) or self.flush_interval_ms is not None
                 or self.recovery_point < self._segments[-1].base_offset
                 or self._producer_state.has_unsynced_snapshots())
