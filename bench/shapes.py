@@ -49,6 +49,12 @@ Every shape also reports the broker's peak RSS (VmHWM, started again at each run
 /proc/PID/clear_refs; for ``many`` the higher of the produce's and the restart's; the
 highest of the runs in the table). Memory in MiB.
 
+Before the first shape that reports a latency percentile (``latency``, ``latency-high``,
+``idle``, ``beside-bulk``) the machine's own stalls are measured for
+``--stall-probe`` seconds (5; 0 skips it) with every CPU busy (bench/_machine.py
+``cpu_stalls``) and printed: a percentile near their size is the machine's, not a
+broker's.
+
 Prints a Markdown table per shape with Chronolog/Tansu ratios (see bench/README.md).
 """
 
@@ -84,6 +90,7 @@ except ImportError:
                             wait_ready)
 
 SHAPES = ("small", "partitions", "latency", "latency-high", "fanout", "idle", "many", "share", "beside-bulk")
+LATENCY_SHAPES = {"latency", "latency-high", "idle", "beside-bulk"}  # preceded by the stall probe
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 120) -> None:
@@ -699,11 +706,16 @@ def main(argv=None) -> int:
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
     ap.add_argument("--tansu-storage", default="memory://tansu/")
     ap.add_argument("--startup-timeout", type=float, default=60)
+    ap.add_argument("--stall-probe", type=float, default=5, metavar="SECONDS",
+                    help="before the first latency shape, the machine's own stalls measured this long (5; 0 skips)")
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args(argv)
     out: dict = {"machine": _machine.base_info(), "shapes": {}}
     tables = []
     for shape in args.shapes.split(","):
+        if shape in LATENCY_SHAPES and args.stall_probe > 0 and "stalls" not in out["machine"]:
+            out["machine"]["stalls"] = _machine.cpu_stalls(args.stall_probe)
+            print(_machine.stalls_line(out["machine"]["stalls"]) + "\n", flush=True)
         sargs = argparse.Namespace(**vars(args))
         if sargs.records is None:
             sargs.records = {"small": 15000, "many": 100_000}.get(shape, 200_000)
