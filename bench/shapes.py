@@ -23,9 +23,13 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
   ``--consumers`` (8) consumer processes at once, each its own group. Reports the
   records delivered per second (all consumers together) and the broker CPU per record
   delivered.
-* ``idle``: the ``latency`` shape at ``--rate``, first alone, then with
-  ``--idle-connections`` (1,000) more connections open to the broker, each having made
-  one ApiVersions request and then silent. Reports both p99s and their ratio.
+* ``idle``: the ``latency`` shape at ``--rate`` alone and with ``--idle-connections``
+  (1,000) more connections open to the broker, each having made one ApiVersions request
+  and then silent. Paired, in the order alone, idle, idle, alone (after a 2 s warm-up
+  run that is not counted, and a second's pause after the connections are opened or
+  closed), each condition's p99 taken over both of its runs: a drift of the machine
+  over the four runs weighs on both conditions alike, and neither gets a fresh broker's
+  first run. Reports both p99s and their ratio.
 * ``many``: a broker of ``--many-partitions`` (10,000) partitions: the time to create
   them, a produce of ``--records`` records of 100 B round robin across all of them
   (linger.ms=5), then a clean stop and a start on the same data: the start-up time
@@ -235,7 +239,8 @@ def _latency_producer(bootstrap: str, topic: str, rate: float, seconds: float, o
     out.put(p.flush(30))
 
 
-def _latency(bp, args, rate: float) -> dict:
+def _latency(bp, args, rate: float, keep: bool = False) -> dict:
+    """One run at ``rate``; ``keep``: the sorted latencies (s) too, as ``latencies``."""
     topic = f"lat-{uuid.uuid4().hex[:6]}"
     create_topic(bp.bootstrap, topic, 1)
     c = Consumer({"bootstrap.servers": bp.bootstrap, "group.id": "bench-" + topic, "enable.auto.commit": False,
@@ -260,12 +265,16 @@ def _latency(bp, args, rate: float) -> dict:
     if len(lat) < n or q.get(timeout=10):
         raise BenchError(f"received {len(lat)} of {n}")
     lat.sort()
+    out = {"rate": rate, "records": n, "p50_ms": _percentile_ms(lat, 0.50), "p99_ms": _percentile_ms(lat, 0.99),
+           "p999_ms": _percentile_ms(lat, 0.999), "cpu_us_per_record": cpu / n * 1e6}
+    if keep:
+        out["latencies"] = lat
+    return out
 
-    def pct(x):
-        return lat[min(len(lat) - 1, int(x * len(lat)))] * 1000
 
-    return {"rate": rate, "records": n, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
-            "cpu_us_per_record": cpu / n * 1e6}
+def _percentile_ms(lat: list[float], x: float) -> float:
+    """The ``x`` quantile of sorted latencies in seconds, in ms."""
+    return lat[min(len(lat) - 1, int(x * len(lat)))] * 1000
 
 
 def shape_latency(bp, args) -> dict:
@@ -406,10 +415,13 @@ def _recv_exact(s: socket.socket, n: int) -> bytes:
 
 
 def shape_idle(bp, args) -> dict:
-    base = _latency(bp, args, args.rate)
+    _latency(bp, argparse.Namespace(**{**vars(args), "seconds": 2}), args.rate)  # warm-up, not counted
+    alone = _latency(bp, args, args.rate, keep=True)["latencies"]
     socks = open_idle_connections(bp.bootstrap, args.idle_connections)
     try:
-        loaded = _latency(bp, args, args.rate)
+        time.sleep(1)  # opening them is not what is measured
+        idle = _latency(bp, args, args.rate, keep=True)["latencies"]
+        idle += _latency(bp, args, args.rate, keep=True)["latencies"]
         rss = process_tree_rss_mb(bp.proc.pid)
         # still connected: the broker kept every idle connection open meanwhile
         for s in socks[:: max(1, len(socks) // 20)]:
@@ -418,8 +430,13 @@ def shape_idle(bp, args) -> dict:
     finally:
         for s in socks:
             s.close()
-    return {"idle": args.idle_connections, "p99_alone_ms": base["p99_ms"], "p99_idle_ms": loaded["p99_ms"],
-            "p99_ratio": loaded["p99_ms"] / base["p99_ms"], "p999_idle_ms": loaded["p999_ms"], "rss_mb": rss}
+    time.sleep(1)
+    alone += _latency(bp, args, args.rate, keep=True)["latencies"]
+    alone.sort()
+    idle.sort()
+    p99_alone, p99_idle = _percentile_ms(alone, 0.99), _percentile_ms(idle, 0.99)
+    return {"idle": args.idle_connections, "p99_alone_ms": p99_alone, "p99_idle_ms": p99_idle,
+            "p99_ratio": p99_idle / p99_alone, "p999_idle_ms": _percentile_ms(idle, 0.999), "rss_mb": rss}
 
 
 # ----------------------------------------------------------------------------- many
