@@ -1271,15 +1271,6 @@ class Log:
         self.last_flush_ms = self.clock.monotonic_ms()
         return True
 
-    def flush_rolled_segments(self) -> bool:
-        """fsync segments rolled since the last flush (Kafka's flush on roll), here and
-        now; the broker's periodic flush takes it apart (start_rolled_flush)."""
-        active_base = self._segments[-1].base_offset
-        if self.recovery_point < active_base:
-            self.flush(active_base)
-            return True
-        return False
-
     def close(self, sync: bool = True) -> None:
         """Clean close: final time-index entries, indexes trimmed, files closed.
         ``sync=False``: the snapshot is not fsynced; the caller syncs the filesystem and

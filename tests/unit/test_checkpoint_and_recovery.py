@@ -131,7 +131,7 @@ def test_unclean_startup_recovers_from_the_recovery_point_only(tmp_path, monkeyp
     m.create_topic("a", 1)
     log = m.get_log("a", 0)
     fill(log, 30)
-    log.flush_rolled_segments()  # what the broker does in the background: rp = active base
+    m.flush_due()  # what the broker does in the background: rp = active base
     rp = log.recovery_point
     bases = [s.base_offset for s in log.segments]
     assert rp == bases[-1] and len(bases) >= 3

@@ -398,15 +398,19 @@ def test_default_flush_policy_never_fsyncs(tmp_path, monkeypatch):
     log.close()
 
 
-def test_rolled_segments_flushed_by_flush_rolled_segments(tmp_path):
+def test_rolled_segments_flushed_by_the_rolled_flush(tmp_path):
+    from storage.log import fsync_flushes
+
     b = build_batch([(1, b"x" * 50)])
     log = new_log(tmp_path, segment_bytes=len(b))
     for _ in range(3):
         append(log, [b])
     assert len(log.segments) == 3 and log.recovery_point == 0
-    assert log.flush_rolled_segments()
+    flush = log.start_rolled_flush()
+    fsync_flushes([flush])
+    assert log.finish_flush(flush)
     assert log.recovery_point == 2
-    assert not log.flush_rolled_segments()
+    assert log.start_rolled_flush() is None
     log.close()
 
 
