@@ -201,7 +201,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _turn_over(self) -> None:
         self._yielded = False
-        if not (self._closed or self._reading_paused or self._memory_paused):
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        """Reading resumes once none of its three pauses holds: the high-water mark's, the
+        memory pool's and the loop turn's (each clears its own flag, then calls this)."""
+        if not (self._closed or self._reading_paused or self._memory_paused or self._yielded):
             self._transport.resume_reading()
 
     # -- queued.max.request.bytes ----------------------------------------------------
@@ -215,8 +220,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._closed:
             return
         self._memory_paused = False
-        if not self._reading_paused and not self._yielded:
-            self._transport.resume_reading()
+        self._resume_reading()
         if not self._busy and not self._write_paused:
             self._process()
 
@@ -322,8 +326,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if (self._reading_paused and not self._closed
                 and (not self._busy or self._end - self._start < _BUFFERED_HIGH_WATER // 2)):
             self._reading_paused = False
-            if not self._memory_paused and not self._yielded:
-                self._transport.resume_reading()
+            self._resume_reading()
 
     def _answered(self, result, out: list) -> None:
         """A request's result (Dispatcher.dispatch): none, chunks gathered in ``out``, or
