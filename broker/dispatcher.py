@@ -38,10 +38,10 @@ except ImportError:  # not built: every frame through dispatch()
 
 # api key -> (min version, max version, handler)
 SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
-    0: (0, 11, handlers.produce.handle),
+    0: (0, 12, handlers.produce.handle),
     1: (0, 17, handlers.fetch.handle),
     2: (0, 11, handlers.list_offsets.handle),
-    3: (0, 12, handlers.metadata.handle),
+    3: (0, 13, handlers.metadata.handle),
     8: (0, 9, handlers.offset_commit.handle),
     9: (0, 9, handlers.offset_fetch.handle),
     10: (0, 6, handlers.find_coordinator.handle),
@@ -49,7 +49,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     12: (0, 4, handlers.heartbeat.handle),
     13: (0, 5, handlers.leave_group.handle),
     14: (0, 5, handlers.sync_group.handle),
-    15: (0, 5, handlers.describe_groups.handle),
+    15: (0, 6, handlers.describe_groups.handle),
     16: (0, 5, handlers.list_groups.handle),
     68: (0, 1, handlers.consumer_group_heartbeat.handle),
     69: (0, 1, handlers.consumer_group_describe.handle),
@@ -79,7 +79,7 @@ SUPPORTED: dict[int, tuple[int, int, Callable[..., Any]]] = {
     33: (0, 2, handlers.alter_configs.handle),
     37: (0, 3, handlers.create_partitions.handle),
     44: (0, 1, handlers.incremental_alter_configs.handle),
-    60: (0, 1, handlers.describe_cluster.handle),
+    60: (0, 2, handlers.describe_cluster.handle),
     35: (0, 4, handlers.describe_log_dirs.handle),
     34: (0, 2, handlers.alter_replica_log_dirs.handle),
     55: (0, 2, handlers.describe_quorum.handle),

@@ -1,8 +1,8 @@
-"""DescribeCluster (key 60), v0-1: this node is the cluster, its controller and its one
-broker. Cluster authorized operations: -2147483648 unless asked; when asked, the
-principal's (without an authorizer, as Kafka: every operation the CLUSTER resource
-supports). v1 asking
-for controller endpoints answers MISMATCHED_ENDPOINT_TYPE, an unknown endpoint type
+"""DescribeCluster (key 60), v0-2: this node is the cluster, its controller and its one
+broker, never fenced (v2's IsFenced false; IncludeFencedBrokers changes nothing). Cluster
+authorized operations: -2147483648 unless asked; when asked, the principal's (without an
+authorizer, as Kafka: every operation the CLUSTER resource supports). v1 asking for
+controller endpoints answers MISMATCHED_ENDPOINT_TYPE, an unknown endpoint type
 UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker does (AuthHelper.computeDescribeClusterResponse)."""
 
 from __future__ import annotations

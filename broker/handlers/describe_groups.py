@@ -1,10 +1,14 @@
-"""DescribeGroups (key 15), v0-5: state, protocol and members of each group.
+"""DescribeGroups (key 15), v0-6: state, protocol and members of each group.
 
 As Kafka's ClassicGroup.describe: a Stable group shows its protocol and each member's
-metadata and assignment; a group in another state shows its members without them; an
-unknown group is described as state Dead with no error (v0-5).
+metadata and assignment; a group in another state shows its members without them. An
+unknown group, or one that is not a classic group (a consumer-protocol group, which
+ConsumerGroupDescribe describes), is described as state Dead with no error in v0-5 and
+as GROUP_ID_NOT_FOUND with a message in v6 (KIP-1043), as Kafka's
+GroupMetadataManager.describeGroups. From v6 every error carries a message.
 """
 
+from protocol.errors import ErrorCode
 from protocol.messages import DescribeGroupsResponse as R
 
 from broker.coordinator.group import STABLE
@@ -13,26 +17,32 @@ from broker.security import authorizer as A
 _AUTHORIZED_OPS_UNSET = -2147483648
 
 
+def _failed(gid, code, message, v6):
+    return R.DescribedGroup(error_code=int(code), error_message=message if v6 else None, group_id=gid,
+                            group_state="", protocol_type="", protocol_data="", members=[],
+                            authorized_operations=_AUTHORIZED_OPS_UNSET)
+
+
 def handle(ctx, header, request, session=None):
     coord = getattr(ctx, "group_coordinator", None)
     want_ops = header.api_version >= 3 and getattr(request, "include_authorized_operations", False)
+    v6 = header.api_version >= 6
     out = []
     for gid in request.groups:
         if not ctx.authorize(session, A.DESCRIBE, A.GROUP, gid, "DescribeGroups"):
-            out.append(R.DescribedGroup(error_code=30, group_id=gid, group_state="", protocol_type="",
-                                        protocol_data="", members=[],
-                                        authorized_operations=_AUTHORIZED_OPS_UNSET))
+            out.append(_failed(gid, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", v6))
+            continue
+        if coord is None:
+            out.append(_failed(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", v6))
+            continue
+        g = coord.describe(gid)
+        classic = g is not None and g.kind != "consumer"
+        if not classic and v6:
+            out.append(_failed(gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found." if g is None
+                               else f"Group {gid} is not a classic group.", v6))
             continue
         ops = ctx.authorized_ops(session, A.GROUP, gid) if want_ops else _AUTHORIZED_OPS_UNSET
-        g = coord.describe(gid) if coord is not None else None
-        if coord is None:
-            out.append(R.DescribedGroup(error_code=15, group_id=gid, group_state="", protocol_type="",
-                                        protocol_data="", members=[],
-                                        authorized_operations=_AUTHORIZED_OPS_UNSET))
-            continue
-        if g is None or g.kind == "consumer":
-            # a consumer-protocol group is not a classic group: Kafka describes it as Dead
-            # (DescribeGroups v0-5; ConsumerGroupDescribe describes it)
+        if not classic:
             out.append(R.DescribedGroup(error_code=0, group_id=gid, group_state="Dead", protocol_type="",
                                         protocol_data="", members=[], authorized_operations=ops))
             continue

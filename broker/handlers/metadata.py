@@ -1,4 +1,6 @@
-"""Metadata (key 3), v0-12: this broker is the only node, leader of every partition.
+"""Metadata (key 3), v0-13: this broker is the only node, leader of every partition.
+v13's top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED) is always 0 here: the
+cluster is this one node.
 
 Topics that do not exist are created when ``auto.create.topics.enable`` is on and the
 request allows it (v4+ ``allow_auto_topic_creation``; always for v0-3), as Kafka does.

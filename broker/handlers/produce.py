@@ -1,5 +1,9 @@
-"""Produce (key 0), v0-11 (v10 differs only in leader hints for NOT_LEADER errors,
-which a single broker never answers; v11 is below).
+"""Produce (key 0), v0-12 (v10 differs only in leader hints for NOT_LEADER errors,
+which a single broker never answers; v11 is below; v12 is v11 on the wire, KIP-890
+part 2: with transactions V2 it would add a transactional batch's partition to the
+transaction, but ``transaction.version`` is not finalized here (ApiVersions), so a
+client adds partitions itself and its v12 batches are verified as v11's, as a Kafka
+broker running transactions V1 does).
 
 Each partition is validated and appended on its own: a failing partition does not
 affect the others in the request. acks=0 gets no response; acks=1 and acks=-1 are the

@@ -216,6 +216,9 @@ def test_heartbeat_errors_and_describe_of_other_groups(kbroker):
     # DescribeGroups (the classic API) describes a consumer group as Dead, as Kafka
     (dg,) = raw(b.port, 15, 5, T.DescribeGroupsRequest(groups=["raw-g"], include_authorized_operations=False)).groups
     assert (dg.error_code, dg.group_state) == (0, "Dead")
+    # from v6 (KIP-1043) it is GROUP_ID_NOT_FOUND, with Kafka's message
+    (dg,) = raw(b.port, 15, 6, T.DescribeGroupsRequest(groups=["raw-g"], include_authorized_operations=False)).groups
+    assert (dg.error_code, dg.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group raw-g is not a classic group.")
     # leaving
     left = heartbeat("member-a", -1)
     assert left.error_code == 0 and left.member_epoch == -1

@@ -1,8 +1,10 @@
 """The newest versions of the APIs Kafka 3.9/4.x clients send (issue 15), at the version
-where each one changed something: Produce v11 (TRANSACTION_ABORTABLE), JoinGroup v8-9
-and LeaveGroup v5 (the client's reason, KIP-800), OffsetCommit v9 (GROUP_ID_NOT_FOUND),
-OffsetFetch v9 (member id and epoch), FindCoordinator v6 (share key type), ListOffsets
-v10-11, ApiVersions v4, InitProducerId v5; raw requests, then a librdkafka client on them."""
+where each one changed something: Produce v11 (TRANSACTION_ABORTABLE) and v12, JoinGroup
+v8-9 and LeaveGroup v5 (the client's reason, KIP-800), OffsetCommit v9
+(GROUP_ID_NOT_FOUND), OffsetFetch v9 (member id and epoch), FindCoordinator v6 (share key
+type), ListOffsets v10-11, ApiVersions v4, InitProducerId v5, Metadata v13, DescribeGroups
+v6, DescribeCluster v2; raw requests, then a librdkafka client on them, and kafka-python
+told it talks to Kafka 4.0 (it then sends 4.0's versions without asking)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def test_api_versions_v4_reads_as_a_current_broker(vbroker):
                                                           client_software_version="1.0"))
     assert resp.error_code == 0
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    for key, top in {0: 11, 2: 11, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 18: 4, 22: 5, 23: 4}.items():
+    for key, top in {0: 12, 2: 11, 3: 13, 8: 9, 9: 9, 10: 6, 11: 9, 13: 5, 15: 6, 18: 4, 22: 5, 23: 4,
+                     60: 2}.items():
         assert got[key] == (0, top), key
     # the feature flags, as Admin's describeFeatures reads them (kafka-python's)
     from kafka import KafkaAdminClient
@@ -67,6 +70,10 @@ def test_produce_v11_answers_transaction_abortable(vbroker):
     assert code == ErrorCode.TRANSACTION_ABORTABLE and topic in msg
     code, _ = _produce_txn(b.port, 9, topic, txn_id, init.producer_id, init.producer_epoch)
     assert code == ErrorCode.INVALID_TXN_STATE
+    # v12 (KIP-890 part 2) is v11 while transaction.version is not finalized: the client
+    # adds the partition itself, so one it did not add is refused the same way
+    code, msg = _produce_txn(b.port, 12, topic, txn_id, init.producer_id, init.producer_epoch)
+    assert code == ErrorCode.TRANSACTION_ABORTABLE and topic in msg
     # nothing was appended
     L = T.ListOffsetsRequest
     resp = raw(b.port, 2, 10, L(replica_id=-1, isolation_level=0, timeout_ms=1000, topics=[L.ListOffsetsTopic(
@@ -194,3 +201,104 @@ def test_list_offsets_v11_earliest_pending_upload(vbroker):
         assert c.config["api_version"] == (4, 2)
     finally:
         c.close()
+
+
+def test_produce_v12_appends_and_answers_as_v11(vbroker):
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("v12"))
+    P = T.ProduceRequest
+    for expected_base in (0, 2):
+        batch = R.build_batch([(now_ms(), b"k", b"v1"), (now_ms(), b"k", b"v2")])
+        resp = raw(b.port, 0, 12, P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+            P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+        (t,) = resp.responses
+        (p,) = t.partition_responses
+        assert (t.name, p.index, p.error_code, p.base_offset, p.log_start_offset) == (topic, 0, 0, expected_base, 0)
+    # an unknown topic is named as at v11
+    resp = raw(b.port, 0, 12, P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        P.TopicProduceData(name=topic + "-none", partition_data=[P.PartitionProduceData(
+            index=0, records=R.build_batch([(now_ms(), b"k", b"v")]))])]))
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_metadata_v13_and_describe_cluster_v2(vbroker):
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("v13"))
+    M = T.MetadataRequest
+    resp = raw(b.port, 3, 13, M(topics=[M.MetadataRequestTopic(name=topic)],
+                                allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert resp.error_code == 0  # v13's top-level error code (KIP-1102)
+    (t,) = resp.topics
+    assert (t.error_code, t.name, [p.partition_index for p in t.partitions]) == (0, topic, [0])
+    assert [(n.node_id, n.port) for n in resp.brokers] == [(0, b.port)]
+    resp = raw(b.port, 3, 13, M(topics=[M.MetadataRequestTopic(name=topic + "-none")],
+                                allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    assert resp.error_code == 0 and resp.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    D = T.DescribeClusterRequest
+    for fenced_too in (False, True):  # no broker is ever fenced: the same one broker either way
+        resp = raw(b.port, 60, 2, D(include_cluster_authorized_operations=False, endpoint_type=1,
+                                    include_fenced_brokers=fenced_too))
+        assert resp.error_code == 0
+        assert [(n.broker_id, n.port, n.is_fenced) for n in resp.brokers] == [(0, b.port, False)]
+
+
+def test_describe_groups_v6_names_a_group_not_found(vbroker):
+    """KIP-1043: from v6 an unknown group is GROUP_ID_NOT_FOUND with Kafka's message
+    (before: state Dead, no error); a group that exists answers as before, no message."""
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("dg6"))
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce_kp(b.bootstrap, topic, [Rec(b"k", b"v")])
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(topic, bootstrap_servers=b.bootstrap, group_id=group, auto_offset_reset="earliest",
+                      consumer_timeout_ms=15000)
+    try:
+        assert len([m for _, m in zip(range(1), c)]) == 1
+        D = T.DescribeGroupsRequest
+        missing = "missing-" + group
+        resp = raw(b.port, 15, 6, D(groups=[group, missing], include_authorized_operations=False))
+        found, absent = resp.groups
+        assert (found.group_id, found.error_code, found.error_message, found.group_state) == (group, 0, None, "Stable")
+        assert len(found.members) == 1
+        assert (absent.group_id, absent.error_code, absent.error_message) == (
+            missing, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {missing} not found.")
+        (old,) = raw(b.port, 15, 5, D(groups=[missing], include_authorized_operations=False)).groups
+        assert (old.error_code, old.group_state) == (0, "Dead")
+    finally:
+        c.close()
+
+
+def test_kafka_python_told_kafka_4_0(vbroker):
+    """kafka-python given ``api_version=(4, 0)`` does not ask which versions the broker
+    has: it sends a Kafka 4.0 broker's (Metadata v13, DescribeGroups v6, DescribeCluster
+    v2). Before this broker had them it closed each connection at the first Metadata
+    request and the client never bootstrapped."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("kp40"))
+    group = "g-" + uuid.uuid4().hex[:8]
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, api_version=(4, 0))
+    try:
+        for i in range(3):
+            p.send(topic, key=b"k", value=b"v%d" % i).get(timeout=30)
+    finally:
+        p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=b.bootstrap, api_version=(4, 0), group_id=group,
+                      auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    try:
+        assert [m.value for _, m in zip(range(3), c)] == [b"v0", b"v1", b"v2"]
+        c.commit()
+    finally:
+        c.close()
+    a = KafkaAdminClient(bootstrap_servers=b.bootstrap, api_version=(4, 0))
+    try:
+        assert topic in a.list_topics()
+        cluster = a.describe_cluster()
+        assert [(n["broker_id"], n["port"], n["is_fenced"]) for n in cluster["brokers"]] == [(0, b.port, False)]
+        groups = a.describe_groups([group, "missing-" + group])
+        assert groups[group]["group_state"] == "Empty"
+        assert "GroupIdNotFoundError" in str(groups["missing-" + group]["error"])
+    finally:
+        a.close()
