@@ -1207,12 +1207,13 @@ class Log:
         file; the recovery point then stays where it was."""
         self._ensure_open()
         flush = self.start_flush(self._leo if offset is None else offset)
-        if flush is not None:
-            fsync_flushes([flush])
-            if flush.error is not None:
-                raise flush.error
-            self.finish_flush(flush)
-        self.last_flush_ms = self.clock.monotonic_ms()
+        if flush is None:  # nothing unsynced: the flush interval starts again all the same
+            self.last_flush_ms = self.clock.monotonic_ms()
+            return
+        fsync_flushes([flush])
+        if flush.error is not None:
+            raise flush.error
+        self.finish_flush(flush)  # (sets last_flush_ms)
 
     def has_background_work(self) -> bool:
         """Whether the log manager's periodic passes have anything to do here: segment
