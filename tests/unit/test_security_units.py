@@ -214,6 +214,17 @@ def test_authorized_operations_bitfield(tmp_path):
         (1 << A.ALTER_CONFIGS) | (1 << A.DESCRIBE_CONFIGS)
 
 
+def test_group_authorized_operations_include_its_configs(tmp_path):
+    """Kafka 4.0's groups have configs (KIP-848), so a group's operations are READ,
+    DESCRIBE, DELETE, DESCRIBE_CONFIGS and ALTER_CONFIGS (librdkafka's 0081 asks for
+    all five from a 4.0 broker); an ACL allowing ALTER_CONFIGS shows in the bitfield."""
+    z = _authz(tmp_path, [acl(A.GROUP, "g", A.READ), acl(A.GROUP, "g", A.ALTER_CONFIGS)], allow_if_none=True)
+    session = SimpleNamespace(principal="User:alice", client_ip="1.2.3.4")
+    everything = {A.READ, A.DESCRIBE, A.DELETE, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS}
+    assert z.authorized_ops(session, A.GROUP, "free") == sum(1 << op for op in everything)  # no ACL on it
+    assert z.authorized_ops(session, A.GROUP, "g") == sum(1 << op for op in everything - {A.DELETE})
+
+
 def test_acl_filters():
     f = SimpleNamespace(resource_type_filter=A.TOPIC, resource_name_filter="app-1", pattern_type_filter=A.MATCH,
                         principal_filter=None, host_filter=None, operation=A.ANY_OP, permission_type=A.ANY_PERMISSION)
