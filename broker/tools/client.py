@@ -35,7 +35,7 @@ VERSION_CAPS = {
     8: 8,    # OffsetCommit
     9: 9,    # OffsetFetch (v8+: batched groups)
     10: 3,   # FindCoordinator: v4+ batches keys
-    15: 5,   # DescribeGroups
+    15: 6,   # DescribeGroups (v6: GROUP_ID_NOT_FOUND for a group that is not classic)
     16: 4,   # ListGroups
     19: 7,   # CreateTopics
     20: 5,   # DeleteTopics: v6 adds topic ids
