@@ -1,5 +1,9 @@
-"""AlterPartitionReassignments (key 45), v0, as a single-broker KRaft cluster answers it
+"""AlterPartitionReassignments (key 45), v0-1, as a single-broker KRaft cluster answers it
 (ReplicationControlManager.alterPartitionReassignments).
+
+v1 (Kafka 4.1) carries AllowReplicationFactorChange, echoed in the answer. Kafka checks it
+after the assignment is validated, and on one broker the only valid assignment is the
+current one (replication factor 1), so it never refuses anything here.
 
 * ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and per partition.
 * Per partition: an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION ("Unable to
@@ -37,7 +41,8 @@ def _check_replicas(replicas, node_id):
 def handle(ctx, header, request, session=None):
     if not ctx.authorize(session, A.ALTER, A.CLUSTER, A.CLUSTER_NAME, "AlterPartitionReassignments"):
         code, msg = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "Cluster authorization failed."
-        return R(throttle_time_ms=0, error_code=code, error_message=msg, responses=[
+        return R(throttle_time_ms=0, allow_replication_factor_change=getattr(
+            request, "allow_replication_factor_change", True), error_code=code, error_message=msg, responses=[
             R.ReassignableTopicResponse(name=t.name, partitions=[
                 R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=msg)
                 for p in t.partitions]) for t in request.topics])
@@ -59,4 +64,6 @@ def handle(ctx, header, request, session=None):
             parts.append(R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=int(code),
                                                          error_message=msg))
         out.append(R.ReassignableTopicResponse(name=t.name, partitions=parts))
-    return R(throttle_time_ms=0, error_code=0, error_message=None, responses=out)
+    return R(throttle_time_ms=0, allow_replication_factor_change=getattr(request, "allow_replication_factor_change",
+                                                                        True),
+             error_code=0, error_message=None, responses=out)

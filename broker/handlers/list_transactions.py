@@ -1,7 +1,11 @@
-"""ListTransactions (key 66), v0-1: the transactional ids the coordinator knows,
-filtered by state names, producer ids and (v1) the time since the transaction started
+"""ListTransactions (key 66), v0-2: the transactional ids the coordinator knows,
+filtered by state names, producer ids, (v1) the time since the transaction started and
+(v2, KIP-1152) a regular expression the whole transactional id matches, null or empty
+for every id; one that does not compile is INVALID_REGULAR_EXPRESSION
 (KafkaApis.handleListTransactionsRequest). Only ids the principal may DESCRIBE are
 listed; state names Kafka does not know come back in ``unknown_state_filters``."""
+
+import re
 
 from protocol.errors import ErrorCode as E
 from protocol.messages import ListTransactionsResponse as R
@@ -15,7 +19,16 @@ def handle(ctx, header, request, session=None):
         return R(throttle_time_ms=0, error_code=int(E.COORDINATOR_NOT_AVAILABLE), unknown_state_filters=[],
                  transaction_states=[])
     duration = getattr(request, "duration_filter", -1) if header.api_version >= 1 else -1
+    pattern = getattr(request, "transactional_id_pattern", None) if header.api_version >= 2 else None
+    if pattern:
+        try:
+            pattern = re.compile(pattern)
+        except (re.error, RecursionError, OverflowError):
+            return R(throttle_time_ms=0, error_code=int(E.INVALID_REGULAR_EXPRESSION), unknown_state_filters=[],
+                     transaction_states=[])
     unknown, found = coord.list(request.state_filters or (), request.producer_id_filters or (), duration)
+    if pattern:
+        found = [m for m in found if pattern.fullmatch(m.transactional_id)]
     states = [R.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                  transaction_state=m.state_name)
               for m in found if ctx.authorize(session, A.DESCRIBE, A.TRANSACTIONAL_ID, m.transactional_id,

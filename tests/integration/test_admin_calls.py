@@ -227,14 +227,19 @@ def test_partition_reassignments_clients_and_raw(broker_factory):
         kp.close()
     from protocol.messages import AlterPartitionReassignmentsRequest as Req
 
-    def alter(partitions):
-        body = Req(timeout_ms=5000, topics=[Req.ReassignableTopic(name=topic, partitions=[
-            Req.ReassignablePartition(partition_index=p, replicas=r) for p, r in partitions])])
-        resp = raw(b.port, 45, 0, body)
+    def alter(partitions, version=0, allow_rf_change=True):
+        body = Req(timeout_ms=5000, allow_replication_factor_change=allow_rf_change, topics=[Req.ReassignableTopic(
+            name=topic, partitions=[Req.ReassignablePartition(partition_index=p, replicas=r) for p, r in partitions])])
+        resp = raw(b.port, 45, version, body)
         assert resp.error_code == 0
+        if version >= 1:  # Kafka 4.1 (KIP-860): the request's choice comes back
+            assert resp.allow_replication_factor_change is allow_rf_change
         return [(p.partition_index, p.error_code, p.error_message) for p in resp.responses[0].partitions]
 
     assert alter([(0, [0]), (1, [0])]) == [(0, 0, None), (1, 0, None)]
+    for allow in (True, False):  # one broker: the current assignment never changes the replication factor
+        assert alter([(0, [0]), (1, [0, 0])], 1, allow) == [
+            (0, 0, None), (1, 39, "The manual partition assignment includes the broker 0 more than once.")]
     assert alter([(0, None), (1, []), (0, [0, 0]), (1, [0, 3]), (5, [0])]) == [
         (0, 85, "No partition reassignment is in progress."),
         (1, 39, "The manual partition assignment includes an empty replica list."),

@@ -302,3 +302,26 @@ def test_kafka_python_told_kafka_4_0(vbroker):
         assert "GroupIdNotFoundError" in str(groups["missing-" + group]["error"])
     finally:
         a.close()
+
+
+def test_kafka_python_told_kafka_4_2_admin_calls(vbroker):
+    """kafka-python given ``api_version=(4, 2)`` sends ListTransactions v2 (KIP-1152's
+    transactional id pattern) and AlterPartitionReassignments v1 (KIP-860) unasked: both
+    are answered, the pattern matching whole ids."""
+    from confluent_kafka import Producer
+    from kafka import KafkaAdminClient, TopicPartition
+
+    b = vbroker
+    topic = create_topic(b.bootstrap, unique_topic("kp42"))
+    tid = "tx-" + uuid.uuid4().hex[:8]
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+    p.init_transactions(30)
+    a = KafkaAdminClient(bootstrap_servers=b.bootstrap, api_version=(4, 2))
+    try:
+        listed = a.list_transactions(transactional_id_pattern=tid[:3] + ".*")
+        assert tid in str(listed)
+        assert tid not in str(a.list_transactions(transactional_id_pattern=tid[:3]))
+        result = a.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
+        assert result == {TopicPartition(topic, 0): None}
+    finally:
+        a.close()

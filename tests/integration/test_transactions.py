@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -16,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from protocol import codec
+from protocol.errors import ErrorCode
 from protocol.messages import (AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
                                EndTxnRequest, InitProducerIdRequest, ListTransactionsRequest, RequestHeader)
 from tests.integration.helpers import REPO_ROOT, RawConn, create_topic, unique_topic
@@ -289,6 +291,18 @@ def test_admin_apis_describe_list_and_producers(broker, new_topic):
                                                             producer_id_filters=[], duration_filter=-1))
     assert lst.error_code == 0 and list(lst.unknown_state_filters) == ["Nonsense"]
     assert tid in [s.transactional_id for s in lst.transaction_states]
+
+    def listed(pattern):  # v2 (KIP-1152): the whole transactional id matches the pattern
+        r = _call(broker.port, 66, 2, ListTransactionsRequest(state_filters=[], producer_id_filters=[],
+                                                              duration_filter=-1, transactional_id_pattern=pattern))
+        return r.error_code, sorted(s.transactional_id for s in r.transaction_states)
+
+    everything = listed(None)
+    assert everything[0] == 0 and tid in everything[1] and listed("")[1] == everything[1]
+    assert listed(re.escape(tid)) == (0, [tid])
+    assert listed(re.escape(tid[:-2]) + "..") == (0, [tid])
+    assert listed(re.escape(tid[:-2])) == (0, [])  # a prefix alone does not match the whole id
+    assert listed("(unclosed") == (ErrorCode.INVALID_REGULAR_EXPRESSION, [])
     prod = _call(broker.port, 61, 0, DescribeProducersRequest(topics=[
         DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0, 5])]))
     part0, part5 = prod.topics[0].partitions
