@@ -1,4 +1,5 @@
-"""DescribeLogDirs (key 35), v0-4, as Kafka's ReplicaManager.describeLogDirs answers it.
+"""DescribeLogDirs (key 35), v0-5, as Kafka's ReplicaManager.describeLogDirs answers it
+(v5's IsCordoned, KIP-1066, is always false: log dirs are never cordoned here).
 
 Needs DESCRIBE on the cluster (else no results, and CLUSTER_AUTHORIZATION_FAILED at the
 top level from v3). Every log dir (absolute path) is listed, with the partitions it holds

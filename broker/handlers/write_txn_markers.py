@@ -1,4 +1,4 @@
-"""WriteTxnMarkers (key 27), v0-1: COMMIT/ABORT markers written on request
+"""WriteTxnMarkers (key 27), v0-2: COMMIT/ABORT markers written on request
 (KafkaApis.handleWriteTxnMarkersRequest). In a cluster the transaction coordinator sends
 it to partition leaders; here the coordinator writes its markers itself, and this API
 serves the admin client's abortTransaction (``chronolog transactions abort``, Kafka's
@@ -6,7 +6,9 @@ serves the admin client's abortTransaction (``chronolog transactions abort``, Ka
 the cluster is required (else CLUSTER_AUTHORIZATION_FAILED on every partition). Each
 partition answers on its own: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an
 epoch older than the producer's, TRANSACTION_COORDINATOR_FENCED for an older coordinator
-epoch."""
+epoch. v2 (KIP-1228) names each marker's transaction version; every transaction here is
+V1 (``transaction.version`` is not finalized), so the marker is written the same way
+whatever it says."""
 
 import logging
 

@@ -178,7 +178,8 @@ def test_librdkafka_on_the_newest_versions(vbroker):
 def test_list_offsets_v11_earliest_pending_upload(vbroker):
     """ListOffsets v11 (Kafka 4.2, KIP-1023): EARLIEST_PENDING_UPLOAD (-6) answers -1/-1
     with leader epoch -1, as Kafka for a topic without remote storage; below v11 the
-    timestamp is UNSUPPORTED_VERSION. kafka-python infers a 4.2 broker from it."""
+    timestamp is UNSUPPORTED_VERSION. kafka-python infers at least a 4.2 broker from it
+    (4.3 with DescribeLogDirs v5, the newest version it checks)."""
     from kafka import KafkaConsumer
 
     b = vbroker
@@ -198,7 +199,7 @@ def test_list_offsets_v11_earliest_pending_upload(vbroker):
     assert ask(11, -1)[:2] == (0, 3) and ask(11, -2)[:2] == (0, 0)
     c = KafkaConsumer(bootstrap_servers=b.bootstrap, api_version=None)
     try:
-        assert c.config["api_version"] == (4, 2)
+        assert c.config["api_version"] == (4, 3)
     finally:
         c.close()
 
@@ -304,10 +305,10 @@ def test_kafka_python_told_kafka_4_0(vbroker):
         a.close()
 
 
-def test_kafka_python_told_kafka_4_2_admin_calls(vbroker):
+def test_kafka_python_told_kafka_4_2_and_4_3_admin_calls(vbroker):
     """kafka-python given ``api_version=(4, 2)`` sends ListTransactions v2 (KIP-1152's
-    transactional id pattern) and AlterPartitionReassignments v1 (KIP-860) unasked: both
-    are answered, the pattern matching whole ids."""
+    transactional id pattern) and AlterPartitionReassignments v1 (KIP-860) unasked, and
+    given ``(4, 3)`` DescribeLogDirs v5: all are answered, the pattern matching whole ids."""
     from confluent_kafka import Producer
     from kafka import KafkaAdminClient, TopicPartition
 
@@ -323,5 +324,10 @@ def test_kafka_python_told_kafka_4_2_admin_calls(vbroker):
         assert tid not in str(a.list_transactions(transactional_id_pattern=tid[:3]))
         result = a.alter_partition_reassignments({TopicPartition(topic, 0): [0]})
         assert result == {TopicPartition(topic, 0): None}
+    finally:
+        a.close()
+    a = KafkaAdminClient(bootstrap_servers=b.bootstrap, api_version=(4, 3))  # DescribeLogDirs v5 (IsCordoned)
+    try:
+        assert topic in str(a.describe_log_dirs())
     finally:
         a.close()
