@@ -39,10 +39,11 @@ def _check_replicas(replicas, node_id):
 
 
 def handle(ctx, header, request, session=None):
+    allow_rf_change = getattr(request, "allow_replication_factor_change", True)  # v1: echoed
     if not ctx.authorize(session, A.ALTER, A.CLUSTER, A.CLUSTER_NAME, "AlterPartitionReassignments"):
         code, msg = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "Cluster authorization failed."
-        return R(throttle_time_ms=0, allow_replication_factor_change=getattr(
-            request, "allow_replication_factor_change", True), error_code=code, error_message=msg, responses=[
+        return R(throttle_time_ms=0, allow_replication_factor_change=allow_rf_change, error_code=code,
+                 error_message=msg, responses=[
             R.ReassignableTopicResponse(name=t.name, partitions=[
                 R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=msg)
                 for p in t.partitions]) for t in request.topics])
@@ -64,6 +65,5 @@ def handle(ctx, header, request, session=None):
             parts.append(R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=int(code),
                                                          error_message=msg))
         out.append(R.ReassignableTopicResponse(name=t.name, partitions=parts))
-    return R(throttle_time_ms=0, allow_replication_factor_change=getattr(request, "allow_replication_factor_change",
-                                                                        True),
-             error_code=0, error_message=None, responses=out)
+    return R(throttle_time_ms=0, allow_replication_factor_change=allow_rf_change, error_code=0, error_message=None,
+             responses=out)
