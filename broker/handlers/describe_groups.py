@@ -2,10 +2,10 @@
 
 As Kafka's ClassicGroup.describe: a Stable group shows its protocol and each member's
 metadata and assignment; a group in another state shows its members without them. An
-unknown group, or one that is not a classic group (a consumer-protocol group, which
-ConsumerGroupDescribe describes), is described as state Dead with no error in v0-5 and
-as GROUP_ID_NOT_FOUND with a message in v6 (KIP-1043), as Kafka's
-GroupMetadataManager.describeGroups. From v6 every error carries a message.
+unknown group, or one that is not a classic group (a consumer-protocol or share group,
+which ConsumerGroupDescribe or ShareGroupDescribe describes), is described as state Dead
+with no error in v0-5 and as GROUP_ID_NOT_FOUND with a message in v6 (KIP-1043), as
+Kafka's GroupMetadataManager.describeGroups. From v6 every error carries a message.
 """
 
 from protocol.errors import ErrorCode
@@ -38,8 +38,9 @@ def handle(ctx, header, request, session=None):
         g = coord.describe(gid)
         classic = g is not None and g.kind != "consumer"
         if not classic and v6:
-            out.append(_failed(gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found." if g is None
-                               else f"Group {gid} is not a classic group.", v6))
+            exists = g is not None or coord.is_share_group(gid)
+            out.append(_failed(gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group." if exists
+                               else f"Group {gid} not found.", v6))
             continue
         ops = ctx.authorized_ops(session, A.GROUP, gid) if want_ops else _AUTHORIZED_OPS_UNSET
         if not classic:

@@ -112,6 +112,11 @@ def test_three_consumers_together_see_every_record_once(sbroker):
         assert d.error_code == 0 and d.group_state == "Stable" and len(d.members) == 3
         assigned = sorted(p for m in d.members for tp in m.assignment.topic_partitions for p in tp.partitions)
         assert assigned == [0, 1, 2]
+        # DescribeGroups v6 (KIP-1043): a share group is not a classic group
+        (dg,) = raw(sbroker.port, 15, 6, T.DescribeGroupsRequest(groups=[group],
+                                                                  include_authorized_operations=False)).groups
+        assert (dg.error_code, dg.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                     f"Group {group} is not a classic group.")
     finally:
         for c in cs:
             c.close()
