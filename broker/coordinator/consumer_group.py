@@ -52,6 +52,7 @@ from protocol.errors import ErrorCode as E
 
 from broker.coordinator import consumer_records as CR
 from broker.coordinator.group import DEAD, EMPTY, ClassicGroup, CoordinatorError
+from broker.coordinator.regex import compile_client_regex
 
 log = logging.getLogger("chronolog.coordinator")
 
@@ -333,7 +334,7 @@ class ConsumerGroups:
                 self._resolve_later(g, regex)
                 return topics
             try:
-                pattern = re.compile(regex)
+                pattern = compile_client_regex(regex)
             except re.error:
                 return topics
             topics.update(t for t in self.topic_names() if pattern.fullmatch(t))
@@ -424,7 +425,7 @@ class ConsumerGroups:
             invalid("MemberEpoch is invalid.")
         if regex:
             try:
-                re.compile(regex)
+                compile_client_regex(regex)
             except re.error as exc:
                 raise CoordinatorError(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a "
                                                                      f"valid regular expression: {exc}.") from None

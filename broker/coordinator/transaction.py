@@ -374,9 +374,10 @@ class TransactionCoordinator:
             return int(E.TRANSACTIONAL_ID_NOT_FOUND), None
         return 0, m
 
-    def list(self, states=(), producer_ids=(), min_duration_ms: int = -1):
+    def list(self, states=(), producer_ids=(), min_duration_ms: int = -1, id_pattern=None):
         """listTransactionStates: (unknown state names, [TxnMetadata]) filtered by state
-        names, producer ids and (v1) ``now - start > min_duration_ms``, as Kafka filters."""
+        names, producer ids, (v1) ``now - start > min_duration_ms`` and (v2) a compiled
+        ``id_pattern`` the whole transactional id matches, as Kafka filters."""
         now = self._now()
         unknown = [s for s in states if s not in STATE_NAMES]
         wanted = {STATE_NAMES.index(s) for s in states if s in STATE_NAMES}
@@ -390,6 +391,8 @@ class TransactionCoordinator:
             if states and m.state not in wanted:
                 continue
             if min_duration_ms >= 0 and now - m.start_ms <= min_duration_ms:
+                continue
+            if id_pattern is not None and not id_pattern.fullmatch(m.transactional_id):
                 continue
             out.append(m)
         return unknown, out

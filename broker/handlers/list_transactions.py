@@ -10,6 +10,7 @@ import re
 from protocol.errors import ErrorCode as E
 from protocol.messages import ListTransactionsResponse as R
 
+from broker.coordinator.regex import compile_client_regex
 from broker.security import authorizer as A
 
 
@@ -19,16 +20,13 @@ def handle(ctx, header, request, session=None):
         return R(throttle_time_ms=0, error_code=int(E.COORDINATOR_NOT_AVAILABLE), unknown_state_filters=[],
                  transaction_states=[])
     duration = getattr(request, "duration_filter", -1) if header.api_version >= 1 else -1
-    pattern = getattr(request, "transactional_id_pattern", None) if header.api_version >= 2 else None
-    if pattern:
-        try:
-            pattern = re.compile(pattern)
-        except (re.error, RecursionError, OverflowError):
-            return R(throttle_time_ms=0, error_code=int(E.INVALID_REGULAR_EXPRESSION), unknown_state_filters=[],
-                     transaction_states=[])
-    unknown, found = coord.list(request.state_filters or (), request.producer_id_filters or (), duration)
-    if pattern:
-        found = [m for m in found if pattern.fullmatch(m.transactional_id)]
+    text = getattr(request, "transactional_id_pattern", None) if header.api_version >= 2 else None
+    try:
+        pattern = compile_client_regex(text) if text else None  # null or empty: every id
+    except re.error:
+        return R(throttle_time_ms=0, error_code=int(E.INVALID_REGULAR_EXPRESSION), unknown_state_filters=[],
+                 transaction_states=[])
+    unknown, found = coord.list(request.state_filters or (), request.producer_id_filters or (), duration, pattern)
     states = [R.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                  transaction_state=m.state_name)
               for m in found if ctx.authorize(session, A.DESCRIBE, A.TRANSACTIONAL_ID, m.transactional_id,

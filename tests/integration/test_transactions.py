@@ -303,6 +303,7 @@ def test_admin_apis_describe_list_and_producers(broker, new_topic):
     assert listed(re.escape(tid[:-2]) + "..") == (0, [tid])
     assert listed(re.escape(tid[:-2])) == (0, [])  # a prefix alone does not match the whole id
     assert listed("(unclosed") == (ErrorCode.INVALID_REGULAR_EXPRESSION, [])
+    assert listed("x{99999999999999999999}") == (ErrorCode.INVALID_REGULAR_EXPRESSION, [])
     prod = _call(broker.port, 61, 0, DescribeProducersRequest(topics=[
         DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0, 5])]))
     part0, part5 = prod.topics[0].partitions

@@ -125,6 +125,10 @@ def test_fencing_and_unknown_members(env):
             kw = {"regex": "t[("}
         code_got, message, *_ = hb(*args, **kw)
         assert code_got == code and words in message
+    # what Python's re refuses with other exceptions than re.error is refused the same way
+    for regex in ("t{99999999999999999999}", "(" * 2000 + ")" * 2000):
+        code_got, message, *_ = hb(coord, "m9", 0, ["t"], regex=regex)
+        assert code_got == E.INVALID_REGULAR_EXPRESSION and "not a valid regular" in message
     # the group is full at 3 (max_size)
     ok(hb(coord, "m3", 0, ["t"]))
     assert hb(coord, "m4", 0, ["t"])[0] == E.GROUP_MAX_SIZE_REACHED
