@@ -155,11 +155,9 @@ def describe_group(coord, group: str):
     v = coord.version_for(15)
     _, resp = coord.request(DescribeGroupsRequest(groups=[group]), v)
     g = resp.groups[0]
-    # not a classic group: Dead before DescribeGroups v6, GROUP_ID_NOT_FOUND from v6
-    not_classic = g.error_code == 69 or (not g.error_code and g.group_state == "Dead")
-    if g.error_code and not not_classic:
+    if g.error_code not in (0, 69):
         raise ToolError(f"--group {group}: DescribeGroups failed: {error_name(g.error_code)}")
-    if not_classic:
+    if g.error_code == 69 or g.group_state == "Dead":  # not classic: GROUP_ID_NOT_FOUND from v6, Dead before
         if coord.supports(69):
             # a group of the consumer protocol (KIP-848) is described by ConsumerGroupDescribe
             found = _describe_consumer_group(coord, group)
