@@ -43,7 +43,6 @@ downgrade between the two kinds of group, are broker.coordinator.classic_members
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -52,7 +51,7 @@ from protocol.errors import ErrorCode as E
 
 from broker.coordinator import consumer_records as CR
 from broker.coordinator.group import DEAD, EMPTY, ClassicGroup, CoordinatorError
-from broker.coordinator.regex import compile_client_regex
+from broker.coordinator.regex import ClientRegexError, compile_client_regex
 
 log = logging.getLogger("chronolog.coordinator")
 
@@ -335,7 +334,7 @@ class ConsumerGroups:
                 return topics
             try:
                 pattern = compile_client_regex(regex)
-            except re.error:
+            except ClientRegexError:
                 return topics
             topics.update(t for t in self.topic_names() if pattern.fullmatch(t))
         return topics
@@ -426,7 +425,7 @@ class ConsumerGroups:
         if regex:
             try:
                 compile_client_regex(regex)
-            except re.error as exc:
+            except ClientRegexError as exc:
                 raise CoordinatorError(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{regex}` is not a "
                                                                      f"valid regular expression: {exc}.") from None
         if assignor is not None and assignor not in self.assignors:

@@ -5,12 +5,10 @@ for every id; one that does not compile is INVALID_REGULAR_EXPRESSION
 (KafkaApis.handleListTransactionsRequest). Only ids the principal may DESCRIBE are
 listed; state names Kafka does not know come back in ``unknown_state_filters``."""
 
-import re
-
 from protocol.errors import ErrorCode as E
 from protocol.messages import ListTransactionsResponse as R
 
-from broker.coordinator.regex import compile_client_regex
+from broker.coordinator.regex import ClientRegexError, compile_client_regex
 from broker.security import authorizer as A
 
 
@@ -23,7 +21,7 @@ def handle(ctx, header, request, session=None):
     text = getattr(request, "transactional_id_pattern", None) if header.api_version >= 2 else None
     try:
         pattern = compile_client_regex(text) if text else None  # null or empty: every id
-    except re.error:
+    except ClientRegexError:
         return R(throttle_time_ms=0, error_code=int(E.INVALID_REGULAR_EXPRESSION), unknown_state_filters=[],
                  transaction_states=[])
     unknown, found = coord.list(request.state_filters or (), request.producer_id_filters or (), duration, pattern)

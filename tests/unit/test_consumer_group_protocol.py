@@ -125,10 +125,13 @@ def test_fencing_and_unknown_members(env):
             kw = {"regex": "t[("}
         code_got, message, *_ = hb(*args, **kw)
         assert code_got == code and words in message
-    # what Python's re refuses with other exceptions than re.error is refused the same way
-    for regex in ("t{99999999999999999999}", "(" * 2000 + ")" * 2000):
+    # RE2 syntax, as Kafka's RE2J: look-around, back-references and repetition counts over
+    # 1000 (all of which Python's re accepts) are refused, with RE2's reason
+    for regex, reason in (("t(?=x)", "invalid perl operator: (?="), (r"(t)\1", r"invalid escape sequence: \1"),
+                          ("t{1001}", "invalid repetition size: {1001}")):
         code_got, message, *_ = hb(coord, "m9", 0, ["t"], regex=regex)
-        assert code_got == E.INVALID_REGULAR_EXPRESSION and "not a valid regular" in message
+        assert code_got == E.INVALID_REGULAR_EXPRESSION, (regex, message)
+        assert message == f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}."
     # the group is full at 3 (max_size)
     ok(hb(coord, "m3", 0, ["t"]))
     assert hb(coord, "m4", 0, ["t"])[0] == E.GROUP_MAX_SIZE_REACHED
@@ -165,6 +168,19 @@ def test_regex_subscription_follows_new_topics(env):
     topics["v"] = (t3, 1)  # a matching topic is created: the next heartbeat bumps the epoch
     e, a = ok(hb(coord, "m1", epoch, owned={T1: {0, 1, 2, 3}, T2: {0, 1}}))
     assert e == epoch + 1 and a == {T1: {0, 1, 2, 3}, T2: {0, 1}, t3: {0}}
+
+
+def test_regex_is_matched_in_linear_time(env):
+    """A backtracking matcher takes about 2**n steps for (a+)+b against n a's: with a
+    topic name of 200 a's the heartbeat below would never return. RE2 matches in time
+    linear in the name."""
+    coord, t, _, topics = env
+    topics["a" * 200] = (uuid.UUID(int=3), 1)
+    topics["a" * 199 + "b"] = (uuid.UUID(int=4), 1)
+    epoch, _ = ok(hb(coord, "m1", 0, ["u"], regex="(a+)+b"))
+    t.advance(0)  # the regex is resolved
+    epoch, a = ok(hb(coord, "m1", epoch, owned={T2: {0, 1}}))
+    assert a == {T2: {0, 1}, uuid.UUID(int=4): {0}}
 
 
 def test_static_member_leaves_and_comes_back(env):
