@@ -44,6 +44,7 @@
 #include <Python.h>
 #include "_slots.h"
 #include "_exc.h"
+#include "../protocol/_pyint.h"
 
 #define V2_HEADER 61        /* a v2 batch header's bytes */
 #define MAGIC_POS 16        /* the magic byte */
@@ -108,7 +109,7 @@ static int count(PyObject *tally, PyObject *topic, Py_ssize_t nbytes, PyObject *
      * record_count, max_timestamp, duplicate */
     if (add_to(t, 0, PyLong_FromSsize_t(nbytes)) < 0 || add_to(t, 1, Py_NewRef(PyTuple_GET_ITEM(info, 4))) < 0)
         return -1;
-    long long lat = PyLong_AsLongLong(PyTuple_GET_ITEM(info, 2));
+    long long lat = pyint_as_ll(PyTuple_GET_ITEM(info, 2));
     if (lat == -1 && PyErr_Occurred())
         return -1;
     if (lat >= 0)
@@ -124,7 +125,7 @@ static int count(PyObject *tally, PyObject *topic, Py_ssize_t nbytes, PyObject *
     PyObject *max_ts = PyTuple_GET_ITEM(info, 5);
     if (max_ts == Py_None)
         return 0;
-    long long ts = PyLong_AsLongLong(max_ts), now = PyLong_AsLongLong(now_obj);
+    long long ts = pyint_as_ll(max_ts), now = pyint_as_ll(now_obj);
     if ((ts == -1 || now == -1) && PyErr_Occurred())
         return -1;
     if (ts < 0)

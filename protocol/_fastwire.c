@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <structmember.h>
+#include "_pyint.h"
 
 enum { K_FIXED = 0, K_STRING, K_BYTES, K_RECORDS, K_UUID, K_STRUCT, K_ARRAY_STRUCT, K_ARRAY_FIXED, K_ARRAY_SCALAR };
 
@@ -215,7 +216,7 @@ static int set_field(PyObject *obj, PyObject *attr, PyObject *v) {
     return r;
 }
 
-static inline long op_int(PyObject *op, Py_ssize_t i) { return PyLong_AsLong(PyTuple_GET_ITEM(op, i)); }
+static inline long op_int(PyObject *op, Py_ssize_t i) { return (long)pyint_as_ll(PyTuple_GET_ITEM(op, i)); }
 
 /* one op's value (new reference); for K_FIXED use decode_fixed instead */
 static PyObject *decode_value(PyObject *op, const In *in, Py_ssize_t *pos) {
@@ -256,7 +257,7 @@ static PyObject *decode_value(PyObject *op, const In *in, Py_ssize_t *pos) {
             fsize = fixed_size(fc);
             if (fsize < 0 || fsize * n > in->end - *pos) goto fail;
         } else if (kind == K_ARRAY_SCALAR) {
-            ekind = PyLong_AsLong(arg);
+            ekind = (long)pyint_as_ll(arg);
         }
         for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
             PyObject *e;
@@ -669,7 +670,7 @@ static int put_op(PyObject *op, PyObject *obj, Buf *b, Enc *e) {
         if (put_len(b, n, compact, 1) < 0) break;
         PyObject *arg = PyTuple_GET_ITEM(op, 4);
         const char *fc = kind == K_ARRAY_FIXED ? PyUnicode_AsUTF8(arg) : NULL;
-        long ekind = kind == K_ARRAY_SCALAR ? PyLong_AsLong(arg) : 0;
+        long ekind = kind == K_ARRAY_SCALAR ? (long)pyint_as_ll(arg) : 0;
         if (kind == K_ARRAY_FIXED && fc == NULL) break;
         r = 0;
         for (Py_ssize_t i = 0; i < n && r == 0; i++) {

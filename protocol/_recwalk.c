@@ -27,6 +27,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include "_pyint.h"
 
 static PyObject *WalkError;
 
@@ -714,18 +715,8 @@ fail:
     return NULL;
 }
 
-/* an int as a long long (-1 with an exception set on failure, as PyLong_AsLongLong).
- * Where a long is as wide (LP64), through PyLong_AsLong, which reads a multi-digit int
- * directly: CPython 3.11's PyLong_AsLongLong goes through _PyLong_AsByteArray for
- * anything over one 30-bit digit (a millisecond time, the Long.MAX bounds), several
- * times the work; both raise OverflowError past 64 bits. */
-static inline long long as_ll(PyObject *o) {
-#if LONG_MAX == LLONG_MAX
-    return PyLong_AsLong(o);
-#else
-    return PyLong_AsLongLong(o);
-#endif
-}
+/* an int as a long long (-1 with an exception set on failure, as PyLong_AsLongLong) */
+static inline long long as_ll(PyObject *o) { return pyint_as_ll(o); }
 
 /* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
 static int arg_ll(PyObject *o, long long *out) {
@@ -742,7 +733,7 @@ static int arg_bool(PyObject *o, int *out) {
 static int arg_epoch(PyObject *o, int *has_epoch, long *epoch) {
     *has_epoch = o != Py_None;
     *epoch = 0;
-    if (*has_epoch && (*epoch = PyLong_AsLong(o)) == -1 && PyErr_Occurred())
+    if (*has_epoch && (*epoch = (long)pyint_as_ll(o)) == -1 && PyErr_Occurred())
         return -1;
     return 0;
 }

@@ -52,6 +52,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <unistd.h>
+#include "../protocol/_pyint.h"
 
 #define PRODUCER_ID_OFFSET 43 /* of the big-endian int64 producerId in a v2 batch header */
 #define PRODUCER_EPOCH_OFFSET 51 /* int16 */
@@ -89,17 +90,11 @@ static int set_slot(PyObject *obj, Py_ssize_t off, PyObject *v) {
 }
 
 /* an int (NULL: an unset field) as a long long; -1 when it is not an int or not within 64
- * bits (any error cleared: the caller falls back). PyLong_AsLong on LP64: CPython 3.11's
- * PyLong_AsLongLong reads any int over one 30-bit digit through _PyLong_AsByteArray,
- * several times the work. */
+ * bits (any error cleared: the caller falls back) */
 static int to_ll(PyObject *o, long long *out) {
     if (!o || !PyLong_Check(o))
         return -1;
-#if LONG_MAX == LLONG_MAX
-    long long v = PyLong_AsLong(o);
-#else
-    long long v = PyLong_AsLongLong(o);
-#endif
+    long long v = pyint_as_ll(o);
     if (v == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return -1;

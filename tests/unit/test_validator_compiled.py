@@ -182,6 +182,34 @@ def test_one_call_takes_at_most_max_batches():
         V.validate_common(bytearray(GOOD), rules, NOW, 1 << 64)
 
 
+def test_ints_read_at_every_width():
+    """The compiled code reads Python ints inline (protocol/_pyint.h) by their 30-bit
+    digits, and through the C API otherwise: every width, sign, subclass and __index__
+    object gives the value PyLong_AsLongLong gives, and past 64 bits OverflowError."""
+    rules = V.rules_of(cfg())
+
+    class Sub(int):
+        pass
+
+    class Index:
+        def __index__(self):
+            return 2**40 + 3
+
+    for value, expected in [(0, 0), (1, 1), (2**30 - 1, 2**30 - 1), (2**30, 2**30), (2**31 + 7, 2**31 + 7),
+                            (2**60 - 1, 2**60 - 1), (2**60, 2**60), (2**61 + 12345, 2**61 + 12345),
+                            (2**63 - 3, 2**63 - 3), (Sub(2**45 + 1), 2**45 + 1), (True, 1), (Index(), 2**40 + 3)]:
+        va = V.validate_common(bytearray(GOOD), rules, NOW, value)
+        assert va.last_offset == expected + 2, value
+    # the timestamp bounds at each width (GOOD's oldest record is 5 ms old): refused only
+    # below 5, then left to the Python path, which reports the error
+    for before in (5, 2**30 + 1, 2**61, 2**63 - 1):
+        assert V.validate_common(bytearray(GOOD), V.rules_of(cfg(before=before)), NOW, 0) is not None
+    assert V.validate_common(bytearray(GOOD), V.rules_of(cfg(before=4)), NOW, 0) is None
+    for too_wide in (2**63, 2**64 + 1, -(2**63) - 1, -(2**90)):
+        with pytest.raises(OverflowError):
+            V.validate_common(bytearray(GOOD), rules, NOW, too_wide)
+
+
 def test_one_call_leaves_a_read_only_buffer_to_the_copying_path():
     assert V.validate_common(GOOD, V.rules_of(cfg()), NOW, 0) is None
     va = V.validate_records(GOOD, config=cfg(), next_offset=0, now_ms=NOW, in_place=True)
