@@ -150,6 +150,7 @@ class BrokerServer:
     async def start(self) -> None:
         """Start everything; a failure stops what was started and raises StartupError
         with one line for the operator (the cause is logged at DEBUG)."""
+        from config import ConfigError
         from storage.errors import LogDirError
 
         try:
@@ -157,7 +158,7 @@ class BrokerServer:
         except StartupError:
             await self._abort_start()
             raise
-        except LogDirError as exc:
+        except (LogDirError, ConfigError) as exc:  # ConfigError: a listener's TLS files or JAAS text
             await self._abort_start()
             raise StartupError(str(exc)) from exc
         except BaseException:

@@ -1,7 +1,8 @@
 """Start-up failures end the broker with one clear line and exit code 1, never a Python
 traceback, and leave the log dir as it was: a listener port already in use, a log dir
 that cannot be created, a log dir another broker holds (.lock, as Kafka: two brokers on
-one data dir must be impossible), an invalid property."""
+one data dir must be impossible), an invalid property, a TLS keystore that cannot be
+loaded."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def test_a_log_dir_that_cannot_be_created(tmp_path):
     blocker.write_text("not a directory")
     proc = _serve("listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={blocker}/data")
     _one_line_failure(proc, f"log.dirs: cannot create the log dir {blocker}/data")
+
+
+def test_a_tls_keystore_that_cannot_be_loaded_is_one_line(tmp_path):
+    """The listeners' TLS files are read at start: a keystore OpenSSL refuses (here not a
+    PEM at all) ends the start with the property, the value and the reason."""
+    bad = tmp_path / "broker.pem"
+    bad.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    proc = _serve("listeners=SSL://127.0.0.1:0", f"log.dirs={tmp_path / 'data'}", "ssl.keystore.type=PEM",
+                  f"ssl.keystore.location={bad}")
+    _one_line_failure(proc, f"Invalid value {bad} for configuration ssl.keystore.location: cannot load")
+    # the log dir's lock was released: a broker can start on it at once
+    again = Broker(tmp_path / "data").start()
+    assert again.stop() == 0
 
 
 @pytest.mark.parametrize("prop,expected", [
