@@ -15,6 +15,8 @@ with INVALID_REGULAR_EXPRESSION, never a traceback.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import re2
 
 _OPTIONS = re2.Options()
@@ -26,6 +28,7 @@ class ClientRegexError(ValueError):
     """A client's regular expression that does not compile; the message says why."""
 
 
+@lru_cache(maxsize=256)  # a regex member's pattern is matched at each of its heartbeats
 def compile_client_regex(text: str):
     """The compiled pattern (with ``fullmatch(name)``), or :class:`ClientRegexError`."""
     try:
