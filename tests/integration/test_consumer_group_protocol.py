@@ -265,3 +265,38 @@ def test_confluent_admin_describes_and_lists_both_kinds(kbroker):
     finally:
         new.close()
         old.close()
+
+
+def test_a_regex_subscription_is_matched_in_linear_time(kbroker):
+    """confluent-kafka subscribed by a regex that a backtracking matcher takes ~2**200 steps
+    to refuse on a topic of 200 a's: the broker (RE2, as Kafka's RE2J) assigns the topic
+    that matches and stays responsive; a pattern RE2 refuses is INVALID_REGULAR_EXPRESSION."""
+    from confluent_kafka import Consumer
+
+    b = kbroker
+    prefix = "a" * 190
+    long_a = create_topic(b.bootstrap, prefix + "a" * 10, partitions=1)
+    matching = create_topic(b.bootstrap, prefix + "a" * 9 + "b", partitions=1)
+    produce_kp(b.bootstrap, matching, [Rec(b"k", b"matched")])
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique_topic("re2"), "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["^(a+)+b"])
+    try:
+        got = None
+        deadline = time.time() + 60
+        while time.time() < deadline and got is None:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got = (m.topic(), m.value())
+        assert got == (matching, b"matched")
+        assert {tp.topic for tp in c.assignment()} == {matching} and long_a not in {tp.topic for tp in c.assignment()}
+    finally:
+        c.close()
+    # librdkafka refuses look-ahead itself: the raw heartbeat carries it to the broker
+    resp = raw(b.port, 68, 1, T.ConsumerGroupHeartbeatRequest(
+        group_id=unique_topic("re2-bad"), member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30000, subscribed_topic_names=None, subscribed_topic_regex="a(?=b)",
+        server_assignor=None, topic_partitions=[]))
+    assert resp.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert resp.error_message == ("SubscribedTopicRegex `a(?=b)` is not a valid regular expression: "
+                                  "invalid perl operator: (?=.")
