@@ -715,12 +715,9 @@ fail:
     return NULL;
 }
 
-/* an int as a long long (-1 with an exception set on failure, as PyLong_AsLongLong) */
-static inline long long as_ll(PyObject *o) { return pyint_as_ll(o); }
-
 /* METH_FASTCALL argument helpers: 0 on success, -1 with an exception set */
 static int arg_ll(PyObject *o, long long *out) {
-    *out = as_ll(o);
+    *out = pyint_as_ll(o);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
@@ -1068,10 +1065,10 @@ static PyObject *assign_v2(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int64_t last = offset + lod, bmax = -1, scanned_max = -1, fix = 0;
         PyObject *fix_obj = PyList_GET_ITEM(fixes, i);
         if (!lat_topic) {
-            scanned_max = as_ll(PyList_GET_ITEM(maxes, i));
+            scanned_max = pyint_as_ll(PyList_GET_ITEM(maxes, i));
             if (scanned_max == -1 && PyErr_Occurred())
                 goto done;
-            if (fix_obj != Py_None && (fix = as_ll(fix_obj)) == -1 && PyErr_Occurred())
+            if (fix_obj != Py_None && (fix = pyint_as_ll(fix_obj)) == -1 && PyErr_Occurred())
                 goto done;
         }
         if (assign_batch(b, size, offset, has_epoch, epoch, lat_topic, append_time, fix_obj != Py_None, fix,
