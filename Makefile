@@ -17,7 +17,7 @@ PACKAGES := broker protocol storage config pipeline pyspark_kafka_compatible
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py protocol/_recwalk.c protocol/_fastwire.c storage/_append.c storage/_cleaner.c broker/_produce.c broker/_lane.c broker/_metrics.c broker/_slots.h broker/_exc.h protocol/_pyint.h
+$(STAMP): pyproject.toml setup.py protocol/_recwalk.c protocol/_fastwire.c storage/_append.c storage/_cleaner.c broker/_produce.c broker/_lane.c broker/_metrics.c broker/_slots.h broker/_exc.h protocol/_pyint.h protocol/_mvslice.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Chronolog needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

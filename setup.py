@@ -94,7 +94,7 @@ setup(
         Extension(
             PREFIX + "protocol._fastwire",
             sources=["protocol/_fastwire.c"],
-            depends=["protocol/_pyint.h"],
+            depends=["protocol/_pyint.h", "protocol/_mvslice.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
@@ -115,7 +115,7 @@ setup(
         Extension(
             PREFIX + "broker._lane",
             sources=["broker/_lane.c"],
-            depends=["broker/_slots.h", "broker/_exc.h"],
+            depends=["broker/_slots.h", "broker/_exc.h", "protocol/_mvslice.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -38,6 +38,7 @@
 #include <time.h>
 #include "_slots.h"
 #include "_exc.h"
+#include "../protocol/_mvslice.h"
 
 typedef struct {
     PyObject_HEAD
@@ -151,7 +152,7 @@ static PyObject *lane_serve(Lane *lane, PyObject *const *args, size_t nargsf) {
         if (api_key != 0 || version < lane->min_version || version > lane->max_version)
             break;
         Py_ssize_t after = start + 4 + size;
-        PyObject *frame = PySequence_GetSlice(view, start + 4, after), *decoded = NULL;
+        PyObject *frame = mv_slice(view, start + 4, after), *decoded = NULL;
         if (frame) {
             PyObject *dargs[2] = {lane->request_table, frame};
             decoded = PyObject_Vectorcall(lane->decode, dargs, 2, NULL);

@@ -307,7 +307,13 @@ static int walk(PyObject *plan, PyObject *obj, PyObject *codes, int depth) {
         if (!x)
             return -1;
         int r = 0;
-        if (PyTuple_GET_ITEM(child, 1) == Py_True) {  /* for y in x or (): */
+        if (PyTuple_GET_ITEM(child, 1) == Py_True && PyList_CheckExact(x)) {  /* a list: by index */
+            for (Py_ssize_t j = 0; r == 0 && j < PyList_GET_SIZE(x); j++) {
+                PyObject *y = Py_NewRef(PyList_GET_ITEM(x, j));
+                r = walk(sub, y, codes, depth + 1);
+                Py_DECREF(y);
+            }
+        } else if (PyTuple_GET_ITEM(child, 1) == Py_True) {  /* for y in x or (): */
             int any = PyObject_IsTrue(x);
             PyObject *it = any > 0 ? PyObject_GetIter(x) : NULL, *y;
             if (any < 0 || (any > 0 && !it)) {

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <structmember.h>
 #include "_pyint.h"
+#include "_mvslice.h"
 
 enum { K_FIXED = 0, K_STRING, K_BYTES, K_RECORDS, K_UUID, K_STRUCT, K_ARRAY_STRUCT, K_ARRAY_FIXED, K_ARRAY_SCALAR };
 
@@ -59,6 +60,14 @@ static PyObject *uuid_cache;
 #define UUID_CACHE_MAX 4096
 static PyObject *empty_tuple;
 static Py_ssize_t fallback_count;
+/* the str of each short ASCII string decoded lately, by a hash of its bytes: topic
+ * names, client ids and group ids come again in every request, and decoding one anew
+ * (PyUnicode_DecodeUTF8) costs about 450 instructions, its hash again when it is looked
+ * up; a str is immutable, so one object serves every request that names it. A slot
+ * holds the last string that hashed to it; bytes that match it exactly give it back. */
+#define STR_CACHE_SLOTS 512
+#define STR_CACHE_MAX_LEN 128
+static PyObject *str_cache[STR_CACHE_SLOTS];
 
 typedef struct {
     PyObject *obj;          /* the buffer object (memoryview or bytes): records are sliced from it */
@@ -140,6 +149,21 @@ static int read_len(const In *in, Py_ssize_t *pos, int compact, int wide, int64_
 
 static PyObject *decode_struct(PyObject *plan, const In *in, Py_ssize_t *pos);
 
+/* the str of n bytes of UTF-8 at s (new reference), NULL on failure: from the cache
+ * when those bytes are the slot's string's */
+static PyObject *decode_str(const char *s, Py_ssize_t n) {
+    if (n > STR_CACHE_MAX_LEN) return PyUnicode_DecodeUTF8(s, n, NULL);
+    uint32_t h = 2166136261u;  /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    PyObject **slot = &str_cache[(h ^ (h >> 16)) & (STR_CACHE_SLOTS - 1)];
+    PyObject *c = *slot;
+    if (c != NULL && PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_DATA(c), s, (size_t)n) == 0)
+        return Py_NewRef(c);  /* a cached str is compact ASCII: its data are its bytes */
+    PyObject *v = PyUnicode_DecodeUTF8(s, n, NULL);
+    if (v != NULL && PyUnicode_IS_COMPACT_ASCII(v)) Py_XSETREF(*slot, Py_NewRef(v));
+    return v;
+}
+
 /* a string, bytes, records or uuid value (new reference), NULL on failure */
 static PyObject *decode_scalar(int kind, int compact, int nullable, const In *in, Py_ssize_t *pos) {
     if (kind == K_UUID) {
@@ -187,11 +211,11 @@ static PyObject *decode_scalar(int kind, int compact, int nullable, const In *in
     PyObject *v;
     const char *s = (const char *)in->p + *pos;
     if (kind == K_STRING) {
-        v = PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, NULL);
+        v = decode_str(s, (Py_ssize_t)n);
     } else if (kind == K_BYTES) {
         v = PyBytes_FromStringAndSize(s, (Py_ssize_t)n);
     } else {  /* records: a slice of the input object itself, as buf[pos:pos + n] */
-        v = PySequence_GetSlice(in->obj, *pos, *pos + (Py_ssize_t)n);
+        v = mv_slice(in->obj, *pos, *pos + (Py_ssize_t)n);
     }
     if (v != NULL) *pos += (Py_ssize_t)n;
     return v;
@@ -534,9 +558,8 @@ static int put_fixed(Buf *b, char c, PyObject *v) {
         if (c == 'H') return u > 0xFFFF ? -1 : put_be(b, u, 2);
         return u > 0xFFFFFFFFull ? -1 : put_be(b, u, 4);
     }
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred())) return -1;
+    long long x = pyint_as_ll(v);  /* out of 64 bits: OverflowError, and the fallback */
+    if (x == -1 && PyErr_Occurred()) return -1;
     switch (c) {
     case 'b': return (x < INT8_MIN || x > INT8_MAX) ? -1 : put_be(b, (uint8_t)(int8_t)x, 1);
     case 'h': return (x < INT16_MIN || x > INT16_MAX) ? -1 : put_be(b, (uint16_t)(int16_t)x, 2);

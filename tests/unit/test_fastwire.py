@@ -157,6 +157,76 @@ def test_records_are_views_of_the_frame():
     assert bytes(got).endswith(b"Z")
 
 
+def test_records_views_are_the_slices_memoryview_makes():
+    """The records view is made without memoryview's subscript (protocol/_mvslice.h):
+    the same bytes, shape, strides, flags and base as ``view[a:b]``, from a view at any
+    offset of its buffer, read-only or not; and it holds its buffer as a slice does (the
+    bytearray cannot be resized while it lives, and stays readable)."""
+    from protocol.messages import ProduceRequest
+
+    for n in (0, 1, 61, 300):
+        req = ProduceRequest(acks=1, timeout_ms=10, topic_data=[ProduceRequest.TopicProduceData(
+            name="t", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=bytes(range(n % 256)) * (n // 256 + 1))])])
+        body = codec.encode_body(req, 9)
+        for lead in (0, 3):
+            for base in (bytearray(b"\xee" * lead + body), b"\xee" * lead + body):
+                outer = memoryview(base)[lead:]
+                got = _codegen.get_decoder("ProduceRequest", 9)(outer, 0)[0].topic_data[0].partition_data[0].records
+                at = bytes(outer).index(bytes(got)) if len(got) else len(outer)
+                ref = outer[at : at + len(got)]
+                assert isinstance(got, memoryview) and got.obj is base
+                assert (got.tobytes(), got.shape, got.strides, got.format, got.itemsize, got.readonly,
+                        got.c_contiguous, got.contiguous, got.nbytes) == \
+                       (ref.tobytes(), ref.shape, ref.strides, ref.format, ref.itemsize, ref.readonly,
+                        ref.c_contiguous, ref.contiguous, ref.nbytes)
+                if isinstance(base, bytearray) and len(got):
+                    with pytest.raises(BufferError):
+                        base.extend(b"x")  # exported: held by the records view
+                    outer.release()  # the records view keeps the buffer, as a slice does
+                    assert got.tobytes() == ref.tobytes()
+                    ref.release()
+                    got.release()
+                    base.extend(b"x")  # nothing holds it any more
+
+
+def test_a_released_view_is_refused_as_python_refuses_it():
+    from protocol.messages import ProduceRequest
+
+    req = ProduceRequest(acks=1, timeout_ms=10, topic_data=[ProduceRequest.TopicProduceData(
+        name="t", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=b"R" * 70)])])
+    view = memoryview(bytearray(codec.encode_body(req, 9)))
+    view.release()
+    fast, slow = both("ProduceRequest", 9, view)
+    assert type(fast) is type(slow) and str(fast) == str(slow)
+
+
+def test_names_decoded_again_are_the_same_str_objects():
+    """Short ASCII strings decoded lately (topic names, client ids) are kept by their
+    bytes and handed out again; any other string decodes anew. Thousands of names (more
+    than the cache's slots, so slots are shared and replaced) still decode right, and a
+    name never comes back for bytes that only hash like it."""
+    from protocol.messages import MetadataRequest
+
+    def names(req_names, version=12):
+        req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in req_names],
+                              allow_auto_topic_creation=False)
+        body = codec.encode_body(req, version)
+        fast = _codegen.get_decoder("MetadataRequest", version)(memoryview(body), 0)[0]
+        slow = _codegen.python_decoder("MetadataRequest", version)(memoryview(body), 0)[0]
+        same(fast, slow)
+        return [t.name for t in fast.topics]
+
+    first = names(["orders", "payments"])
+    again = names(["orders", "payments"])
+    assert again == ["orders", "payments"] and all(a is b for a, b in zip(first, again))
+    many = [f"topic-{i}" for i in range(5000)] + ["é-topic", "x" * 128, "y" * 129, "", "orders\x00"]
+    assert names(many) == many
+    assert names(many[::-1]) == many[::-1]
+    assert names(["y" * 129])[0] is not names(["y" * 129])[0]  # longer than the cache keeps: anew
+    for version in (0, 4, 9):  # int16 lengths before flexible versions, compact after
+        assert names(["orders", "orders\x01", "ordert"], version) == ["orders", "orders\x01", "ordert"]
+
+
 def both_encoded(name, version, obj, prefix=b"\x00" * 9):
     """(compiled (out, chunks) or exception, Python (out, chunks) or exception)."""
     res = []
