@@ -22,6 +22,8 @@
  *   Lane(decode, request_table, common, not_common, logs, waiters, notify, clock_ms,
  *        produced, request_done, encode, response_table, encode_python, min_version,
  *        max_version, max_frame, coalesce)
+ *       ``clock_ms``: the broker clock's time_ms, or None for storage.clock's SystemClock
+ *       (storage.clock.reads_system_time), whose reading this makes itself
  *   lane(view, start, end, out) -> int | (after, header, request, outcome, now_ms, tally, started)
  *       ``view``: the connection's receive buffer (a memoryview of bytes), frames from
  *       ``start`` to ``end``; each answered frame's chunks are appended to ``out``.
@@ -56,6 +58,15 @@ static double perf_counter(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* what storage.clock.SystemClock().time_ms() reads: time.time_ns() // 1_000_000, the
+ * CLOCK_REALTIME of time.time_ns() */
+static PyObject *realtime_ms(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 static inline long be32(const unsigned char *p) {
@@ -174,7 +185,8 @@ static PyObject *lane_serve(Lane *lane, PyObject *const *args, size_t nargsf) {
         }
         PyObject *header = PyTuple_GET_ITEM(decoded, 0), *request = PyTuple_GET_ITEM(decoded, 2), *result;
         double started = perf_counter();
-        PyObject *now = PyObject_CallNoArgs(lane->clock_ms), *tally = NULL, *answer = NULL;
+        PyObject *now = lane->clock_ms == Py_None ? realtime_ms() : PyObject_CallNoArgs(lane->clock_ms),
+                 *tally = NULL, *answer = NULL;
         if (!now || (lane->produced != Py_None && !(tally = PyDict_New()))) {
             result = left(after, header, request, NULL, now, tally, started);
             goto leave;

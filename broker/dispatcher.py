@@ -26,6 +26,7 @@ from broker import handlers
 from broker.context import BrokerContext
 from broker.memory_pool import RequestMemoryPool
 from broker.security.authenticator import COMPLETE as _COMPLETE
+from storage.clock import reads_system_time
 
 log = logging.getLogger("chronolog.dispatcher")
 
@@ -293,7 +294,7 @@ class Dispatcher:
         return _lane.Lane(
             decode=_decode_request, request_table=codec.REQUEST_TABLE, common=produce.COMMON,
             not_common=produce._NOT_COMMON, logs=ctx.log_manager.logs_by_key, waiters=ctx.fetch_waiters,
-            notify=ctx.notify_append, clock_ms=ctx.clock.time_ms,
+            notify=ctx.notify_append, clock_ms=None if reads_system_time(ctx.clock) else ctx.clock.time_ms,
             produced=None if metrics is None else metrics.produced,
             request_done=None if metrics is None else metrics.request_done,
             encode=codec._encode_response_compiled, response_table=codec.RESPONSE_TABLE,

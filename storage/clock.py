@@ -38,6 +38,16 @@ class SystemClock:
         return "SystemClock()"
 
 
+_SYSTEM_TIME_MS = SystemClock.time_ms
+
+
+def reads_system_time(clock) -> bool:
+    """Whether ``clock.time_ms()`` is SystemClock's own reading (not a replaced method, not
+    another clock): compiled code (broker/_lane.c) may then read CLOCK_REALTIME itself, as
+    time.time_ns() does, without a Python call per request."""
+    return type(clock) is SystemClock and SystemClock.time_ms is _SYSTEM_TIME_MS
+
+
 class ManualClock:
     """A clock that only moves when told to (tests).
 

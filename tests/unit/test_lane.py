@@ -271,3 +271,42 @@ def test_the_lane_is_built_only_where_it_may_answer(tmp_path, monkeypatch):
     assert dispatcher.lane_for(None) is dispatcher.lane
     with_authorizer = dataclasses.replace(ctx, authorizer=object())
     assert dispatcher_mod.Dispatcher(with_authorizer).lane is None
+
+
+def test_the_lane_reads_the_system_clock_itself_and_any_other_clock_through_it(tmp_path, monkeypatch):
+    """With storage.clock's SystemClock the lane reads CLOCK_REALTIME in C (no Python call
+    per request): a LogAppendTime topic's answer carries time.time_ns() // 1e6 of the
+    moment it was answered. Any other clock (a ManualClock, a SystemClock whose time_ms
+    was replaced) is called as before."""
+    import dataclasses
+    import time
+
+    from protocol.messages import ProduceResponse
+    from storage import clock as clock_mod
+
+    ctx, _ = _broker(tmp_path)
+    rng = random.Random(5)
+
+    def stamp(dispatcher, partition=0) -> int:
+        conn, transport = _connection(dispatcher, None)
+        req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+            ProduceRequest.TopicProduceData(name="lat", partition_data=[
+                ProduceRequest.PartitionProduceData(index=partition, records=_batch(rng, START_MS))])])
+        header = RequestHeader(api_key=0, api_version=9, correlation_id=7, client_id="t")
+        _feed(conn, bytes(codec.encode_request(header, req)))
+        body = codec.decode_response(0, 9, bytes(transport.data[4:]))[1]
+        assert isinstance(body, ProduceResponse)
+        (part,) = body.responses[0].partition_responses
+        assert part.error_code == 0
+        return part.log_append_time_ms
+
+    assert stamp(dispatcher_mod.Dispatcher(ctx)) == START_MS  # the ManualClock
+    system = dispatcher_mod.Dispatcher(dataclasses.replace(ctx, clock=clock_mod.SystemClock()))
+    assert system.lane is not None and clock_mod.reads_system_time(system.ctx.clock)
+    before = time.time_ns() // 1_000_000
+    got = stamp(system)
+    assert before <= got <= time.time_ns() // 1_000_000
+    monkeypatch.setattr(clock_mod.SystemClock, "time_ms", lambda self: 12345)
+    replaced = dispatcher_mod.Dispatcher(dataclasses.replace(ctx, clock=clock_mod.SystemClock()))
+    assert not clock_mod.reads_system_time(replaced.ctx.clock)
+    assert stamp(replaced, 1) == 12345  # (partition 0's append time never goes back)
