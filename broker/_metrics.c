@@ -410,23 +410,34 @@ static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyOb
     PyObject *parts = SLOT_GET(t, s_partition_responses);
     if (!parts)
         goto done;
-    PyObject *it = PyObject_GetIter(parts);
-    Py_DECREF(parts);
-    if (!it)
+    /* a list by index, anything else through an iterator */
+    PyObject *it = PyList_CheckExact(parts) ? NULL : PyObject_GetIter(parts), *p;
+    if (!it && !PyList_CheckExact(parts)) {
+        Py_DECREF(parts);
         goto done;
-    PyObject *p;
+    }
     int failed = 0;
-    while (!failed && (p = PyIter_Next(it))) {
+    for (Py_ssize_t i = 0; !failed; i++) {
+        if (it) {
+            if (!(p = PyIter_Next(it)))
+                break;
+        } else {
+            if (i >= PyList_GET_SIZE(parts))
+                break;
+            p = Py_NewRef(PyList_GET_ITEM(parts, i));
+        }
         PyObject *code = SLOT_GET(p, s_error_code);
         Py_DECREF(p);
         if (!code || (failed = PyObject_IsTrue(code)) < 0) {
             Py_XDECREF(code);
-            Py_DECREF(it);
+            Py_XDECREF(it);
+            Py_DECREF(parts);
             goto done;
         }
         Py_DECREF(code);
     }
-    Py_DECREF(it);
+    Py_XDECREF(it);
+    Py_DECREF(parts);
     if (PyErr_Occurred() || (failed && inc(PyTuple_GET_ITEM(c, 5), Py_NewRef(one)) < 0))
         goto done;
     r = 0;
@@ -472,20 +483,31 @@ static PyObject *produced(Hook *h, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "produced(responses, tally): tally a dict");
         return NULL;
     }
-    PyObject *it = PyObject_GetIter(args[0]), *t;
-    if (!it)
-        return NULL;
-    while ((t = PyIter_Next(it))) {
-        int r = count_topic(h->state[0], h->state[2], t);
-        Py_DECREF(t);
-        if (r < 0) {
-            Py_DECREF(it);
-            return NULL;
+    PyObject *responses = args[0], *t;
+    if (PyList_CheckExact(responses)) {  /* by index */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(responses); i++) {
+            t = Py_NewRef(PyList_GET_ITEM(responses, i));
+            int r = count_topic(h->state[0], h->state[2], t);
+            Py_DECREF(t);
+            if (r < 0)
+                return NULL;
         }
+    } else {
+        PyObject *it = PyObject_GetIter(responses);
+        if (!it)
+            return NULL;
+        while ((t = PyIter_Next(it))) {
+            int r = count_topic(h->state[0], h->state[2], t);
+            Py_DECREF(t);
+            if (r < 0) {
+                Py_DECREF(it);
+                return NULL;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            return NULL;
     }
-    Py_DECREF(it);
-    if (PyErr_Occurred())
-        return NULL;
     PyObject *tally = Py_NewRef(args[1]), *topic, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(tally, &pos, &topic, &v)) {
