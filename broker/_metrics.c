@@ -303,7 +303,11 @@ static int walk(PyObject *plan, PyObject *obj, PyObject *codes, int depth) {
             PyErr_SetString(PyExc_TypeError, "a walk plan's field is (attr, is_array, plan)");
             return -1;
         }
-        PyObject *sub = PyTuple_GET_ITEM(child, 2), *x = PyObject_GetAttr(obj, PyTuple_GET_ITEM(child, 0));
+        /* a slot cache per depth and field: one API's answers keep finding theirs */
+        static SlotCache caches[17][4];
+        PyObject *sub = PyTuple_GET_ITEM(child, 2),
+                 *x = i < 4 ? slot_get(obj, PyTuple_GET_ITEM(child, 0), &caches[depth][i])
+                            : PyObject_GetAttr(obj, PyTuple_GET_ITEM(child, 0));
         if (!x)
             return -1;
         int r = 0;

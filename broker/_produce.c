@@ -94,7 +94,12 @@ static int count(PyObject *tally, PyObject *topic, Py_ssize_t nbytes, PyObject *
     if (!t) {
         if (PyErr_Occurred())
             return -1;
-        t = Py_BuildValue("[iiO]", 0, 0, Py_None);
+        t = PyList_New(3);  /* [0, 0, None] */
+        if (t) {
+            PyList_SET_ITEM(t, 0, Py_NewRef(zero));
+            PyList_SET_ITEM(t, 1, Py_NewRef(zero));
+            PyList_SET_ITEM(t, 2, Py_NewRef(Py_None));
+        }
         if (!t || PyDict_SetItem(tally, topic, t) < 0) {
             Py_XDECREF(t);
             return -1;
