@@ -901,7 +901,7 @@ static Py_ssize_t slot_offset_of(PyTypeObject *cls, PyObject *attr) {
 static PyObject *sn_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     StructNew *sn = (StructNew *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nf = PyTuple_GET_SIZE(sn->fields);
-    PyObject *given[SN_MAX_FIELDS + 1] = {NULL}; /* borrowed; the last: _unknown_tags */
+    PyObject *given[SN_MAX_FIELDS + 1]; /* borrowed; the last: _unknown_tags */
     if (nargs > nf + 1) {
         PyErr_Format(PyExc_TypeError, "_new() takes from 0 to %zd positional arguments but %zd were given", nf + 1,
                      nargs);
@@ -909,6 +909,8 @@ static PyObject *sn_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
         given[i] = args[i];
+    for (Py_ssize_t i = nargs; i <= nf; i++)  /* only the entries this class has (nf <= SN_MAX_FIELDS) */
+        given[i] = NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k);
