@@ -371,7 +371,9 @@ static PyObject *respond(PyObject *topic_data, PyObject *counts, PyObject *resul
     for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(topics); t++) {
         Py_ssize_t n = PyLong_AsSsize_t(PyList_GET_ITEM(counts, t));
         PyObject *name = SLOT_GET(PySequence_Fast_GET_ITEM(topics, t), s_name), *parts = NULL, *answer = NULL;
-        int ok = name && (parts = PyList_GetSlice(results, at, at + n));
+        /* one topic: its partitions' answers are all of them, the list itself */
+        int ok = name && (parts = PySequence_Fast_GET_SIZE(topics) == 1 && at == 0 && n == PyList_GET_SIZE(results)
+                                      ? Py_NewRef(results) : PyList_GetSlice(results, at, at + n));
         if (ok) {
             PyObject *fields[2] = {name, parts};  /* name, partition_responses */
             ok = (answer = PyObject_Vectorcall(new_topic_answer, fields, 2, NULL)) && PyList_Append(responses, answer) == 0;
