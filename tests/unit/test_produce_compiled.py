@@ -202,3 +202,84 @@ def test_compiled_loop_matches_the_python_path(tmp_path, monkeypatch, compiled_s
 
 _RUN = produce.RUN
 _COMMON = produce.COMMON
+
+
+def test_a_one_topic_answer_is_made_again_only_when_nothing_else_holds_it(tmp_path):
+    """broker/_produce.c keeps the last one-topic answer and makes it again for the next
+    one-topic request when it alone holds the answer, its lists and its topic answer and
+    no field was changed; the answer is then the next request's, field for field. Held,
+    changed or grown anywhere but in the partitions' answers (which are replaced whole),
+    it is left as it is and the next answer is a new one."""
+    from protocol.messages import ProduceRequest
+
+    ctx, _dispatcher = _broker(tmp_path)
+    logs = ctx.log_manager.logs_by_key
+    rng = random.Random(7)
+
+    def req(*topics, acks=1):
+        return ProduceRequest(transactional_id=None, acks=acks, timeout_ms=30000, topic_data=[
+            ProduceRequest.TopicProduceData(name=name, partition_data=[
+                ProduceRequest.PartitionProduceData(index=p, records=bytearray(_batch(rng, START_MS)))
+                for p in parts]) for name, parts in topics])
+
+    def answer(*topics, acks=1):
+        r = _COMMON(req(*topics, acks=acks), logs, START_MS, None, None, None)
+        assert r is None or not isinstance(r, tuple) and r is not produce._NOT_COMMON, r
+        return r
+
+    def fields(a):
+        return (a.throttle_time_ms, a.node_endpoints, a._unknown_tags,
+                [(t.name, t._unknown_tags, [(p.index, p.error_code, p.base_offset, p.log_start_offset,
+                                              p.record_errors, p.error_message)
+                                             for p in t.partition_responses]) for t in a.responses])
+
+    def offsets(name, parts):
+        return [logs[(name, p)].log_end_offset for p in parts]
+
+    first = answer(("ct", [0, 1]))
+    kept_id = id(first)
+    del first  # nothing else holds it: made again
+    before = offsets("big", [0])
+    again = answer(("big", [0]))
+    assert id(again) == kept_id
+    assert fields(again) == (0, [], None, [("big", None, [(0, 0, before[0], 0, [], None)])])
+
+    held = again  # held: the next answer is another object, and this one is left alone
+    other = answer(("ct", [2]))
+    assert other is not held and fields(held)[3][0][0] == "big" and fields(other)[3][0][0] == "ct"
+    del held, again, other
+
+    changes = (lambda a: setattr(a, "throttle_time_ms", 100),
+                   lambda a: a.node_endpoints.append(ProduceRequest),
+                   lambda a: setattr(a, "_unknown_tags", {9: b"x"}),
+                   lambda a: setattr(a.responses[0], "_unknown_tags", {9: b"x"}),
+                   lambda a: a.responses.append(a.responses[0]))
+    for change in changes:
+        a = answer(("ct", [0]))
+        changed_id = id(a)
+        change(a)
+        del a
+        b = answer(("lat", [1]))
+        assert id(b) != changed_id, changes.index(change)
+        assert fields(b)[:3] == (0, [], None) and [t.name for t in b.responses] == ["lat"]
+        del b
+
+    a = answer(("ct", [0]))  # its partitions' answers are replaced whole: a grown list is no matter
+    a.responses[0].partition_responses.append(a.responses[0].partition_responses[0])
+    a_id = id(a)
+    del a
+    b = answer(("ct", [1]))
+    assert id(b) == a_id and [p.index for p in b.responses[0].partition_responses] == [1]
+    del b
+
+    a = answer(("ct", [0]))
+    topic_answer = a.responses[0]  # a part of it held: not made again
+    a_id = id(a)
+    del a
+    b = answer(("ct", [1]))
+    assert id(b) != a_id and topic_answer.name == "ct" and topic_answer.partition_responses[0].index == 0
+    del b, topic_answer
+
+    a = answer(("ct", [0]), ("big", [0]))  # two topics: not kept, not made from the kept one
+    assert [t.name for t in a.responses] == ["ct", "big"]
+    assert answer(("ct", [0]), acks=0) is None
