@@ -161,7 +161,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._process()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self._buf) - self._end < _MIN_READ:
+        end = self._end
+        if not end:  # nothing unread in it (the usual case): the whole buffer, no slice made
+            return self._view
+        if len(self._buf) - end < _MIN_READ:
             self._make_room()
         return self._view[self._end :]
 
