@@ -448,7 +448,7 @@ static PyObject *remade(PyObject *name, PyObject *parts) {
     return Py_NewRef(kept);
 }
 
-/* a one-topic request's new answer kept, to be made again (nothing kept when it cannot be) */
+/* nothing kept */
 static void forget(void) {
     Py_CLEAR(kept);
     Py_CLEAR(kept_values);
@@ -456,6 +456,7 @@ static void forget(void) {
     Py_CLEAR(kept_topic_type);
 }
 
+/* a one-topic request's new answer kept, to be made again (nothing kept when it cannot be) */
 static void keep(PyObject *answer) {
     forget();
     Py_ssize_t r_at = slot_at(answer, "responses"), n_at = -1, p_at = -1;
