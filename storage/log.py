@@ -166,6 +166,10 @@ class FetchDataInfo(NamedTuple):
     log_start_offset: int
 
 
+#: ``FetchDataInfo._make`` without its Python-level ``__new__`` (one per fetched partition)
+_new_fetch_data_info = functools.partial(tuple.__new__, FetchDataInfo)
+
+
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     """``"my-topic-3"`` -> ``("my-topic", 3)``; None if the name is not of that form."""
     topic, sep, part = name.rpartition("-")
@@ -1086,7 +1090,7 @@ class Log:
                 f"fetch offset {fetch_offset} of {self.topic}-{self.partition} is out of range: "
                 f"log start offset {lso}, log end offset {leo}")
         if fetch_offset == leo or (max_offset is not None and fetch_offset >= max_offset):
-            return FetchDataInfo(None, hw, lso)
+            return _new_fetch_data_info((None, hw, lso))
         i = bisect.bisect_right(self._bases, fetch_offset) - 1
         if i < 0:
             i = 0
@@ -1102,9 +1106,9 @@ class Log:
                     limit = found.position
             records = seg.read(fetch_offset, max_bytes, max_position=limit, min_one_message=min_one_message)
             if records is not None:
-                return FetchDataInfo(records if records.length else None, hw, lso)
+                return _new_fetch_data_info((records if records.length else None, hw, lso))
             i += 1
-        return FetchDataInfo(None, hw, lso)
+        return _new_fetch_data_info((None, hw, lso))
 
     def segment_for(self, offset: int) -> LogSegment | None:
         """The segment holding ``offset`` (the last one whose base offset is <= it)."""

@@ -17,6 +17,7 @@ in memory and reloaded from the last time-index entry when an existing segment o
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from typing import Iterator, NamedTuple
@@ -87,6 +88,10 @@ class LogOffsetPosition(NamedTuple):
     offset: int  # last offset of the batch found
     position: int
     size: int
+
+
+#: ``LogOffsetPosition._make`` without its Python-level ``__new__`` (one per fetch)
+_new_log_offset_position = functools.partial(tuple.__new__, LogOffsetPosition)
 
 
 # --------------------------------------------------------------------------- headers
@@ -413,8 +418,8 @@ class LogSegment:
         while pos + HEADER_SIZE <= end:
             size = end - pos if end - pos < _SCAN_CHUNK else _SCAN_CHUNK
             found = _find_batch(os.pread(file.fileno(), size, pos), pos, end, offset)
-            if type(found) is tuple:
-                return LogOffsetPosition(*found)
+            if type(found) is tuple and len(found) == 3:
+                return _new_log_offset_position(found)
             if found is None or found <= pos:  # (a file shorter than its size: nothing more to read)
                 return None
             pos = found
