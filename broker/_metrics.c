@@ -311,25 +311,18 @@ static int walk(PyObject *plan, PyObject *obj, PyObject *codes, int depth) {
         if (!x)
             return -1;
         int r = 0;
-        if (PyTuple_GET_ITEM(child, 1) == Py_True && PyList_CheckExact(x)) {  /* a list: by index */
-            for (Py_ssize_t j = 0; r == 0 && j < PyList_GET_SIZE(x); j++) {
-                PyObject *y = Py_NewRef(PyList_GET_ITEM(x, j));
-                r = walk(sub, y, codes, depth + 1);
-                Py_DECREF(y);
-            }
-        } else if (PyTuple_GET_ITEM(child, 1) == Py_True) {  /* for y in x or (): */
+        if (PyTuple_GET_ITEM(child, 1) == Py_True) {  /* for y in x or (): a list read as it is */
             int any = PyObject_IsTrue(x);
-            PyObject *it = any > 0 ? PyObject_GetIter(x) : NULL, *y;
-            if (any < 0 || (any > 0 && !it)) {
+            PyObject *seq = any > 0 ? PySequence_Fast(x, "an array field is iterable") : NULL;
+            if (any < 0 || (any > 0 && !seq)) {
                 r = -1;
-            } else if (it) {
-                while (r == 0 && (y = PyIter_Next(it))) {
+            } else if (seq) {
+                for (Py_ssize_t j = 0; r == 0 && j < PySequence_Fast_GET_SIZE(seq); j++) {
+                    PyObject *y = Py_NewRef(PySequence_Fast_GET_ITEM(seq, j));
                     r = walk(sub, y, codes, depth + 1);
                     Py_DECREF(y);
                 }
-                if (r == 0 && PyErr_Occurred())
-                    r = -1;
-                Py_DECREF(it);
+                Py_DECREF(seq);
             }
         } else if (x != Py_None) {
             r = walk(sub, x, codes, depth + 1);
@@ -414,35 +407,23 @@ static int count_topic(PyObject *topic_children, PyObject *topic_if_exists, PyOb
     PyObject *parts = SLOT_GET(t, s_partition_responses);
     if (!parts)
         goto done;
-    /* a list by index, anything else through an iterator */
-    PyObject *it = PyList_CheckExact(parts) ? NULL : PyObject_GetIter(parts), *p;
-    if (!it && !PyList_CheckExact(parts)) {
-        Py_DECREF(parts);
+    PyObject *seq = PySequence_Fast(parts, "partition_responses is iterable");  /* a list: itself */
+    Py_DECREF(parts);
+    if (!seq)
         goto done;
-    }
     int failed = 0;
-    for (Py_ssize_t i = 0; !failed; i++) {
-        if (it) {
-            if (!(p = PyIter_Next(it)))
-                break;
-        } else {
-            if (i >= PyList_GET_SIZE(parts))
-                break;
-            p = Py_NewRef(PyList_GET_ITEM(parts, i));
-        }
-        PyObject *code = SLOT_GET(p, s_error_code);
+    for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *p = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i)), *code = SLOT_GET(p, s_error_code);
         Py_DECREF(p);
         if (!code || (failed = PyObject_IsTrue(code)) < 0) {
             Py_XDECREF(code);
-            Py_XDECREF(it);
-            Py_DECREF(parts);
+            Py_DECREF(seq);
             goto done;
         }
         Py_DECREF(code);
     }
-    Py_XDECREF(it);
-    Py_DECREF(parts);
-    if (PyErr_Occurred() || (failed && inc(PyTuple_GET_ITEM(c, 5), Py_NewRef(one)) < 0))
+    Py_DECREF(seq);
+    if (failed && inc(PyTuple_GET_ITEM(c, 5), Py_NewRef(one)) < 0)
         goto done;
     r = 0;
 done:
@@ -487,31 +468,19 @@ static PyObject *produced(Hook *h, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "produced(responses, tally): tally a dict");
         return NULL;
     }
-    PyObject *responses = args[0], *t;
-    if (PyList_CheckExact(responses)) {  /* by index */
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(responses); i++) {
-            t = Py_NewRef(PyList_GET_ITEM(responses, i));
-            int r = count_topic(h->state[0], h->state[2], t);
-            Py_DECREF(t);
-            if (r < 0)
-                return NULL;
-        }
-    } else {
-        PyObject *it = PyObject_GetIter(responses);
-        if (!it)
+    PyObject *seq = PySequence_Fast(args[0], "responses is iterable");  /* a list: itself */
+    if (!seq)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *t = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int r = count_topic(h->state[0], h->state[2], t);
+        Py_DECREF(t);
+        if (r < 0) {
+            Py_DECREF(seq);
             return NULL;
-        while ((t = PyIter_Next(it))) {
-            int r = count_topic(h->state[0], h->state[2], t);
-            Py_DECREF(t);
-            if (r < 0) {
-                Py_DECREF(it);
-                return NULL;
-            }
         }
-        Py_DECREF(it);
-        if (PyErr_Occurred())
-            return NULL;
     }
+    Py_DECREF(seq);
     PyObject *tally = Py_NewRef(args[1]), *topic, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(tally, &pos, &topic, &v)) {
