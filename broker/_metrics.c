@@ -38,15 +38,6 @@ static Py_ssize_t value_off = -1, counts_off = -1, sum_off = -1, bounds_off = -1
 static PyObject *s_value, *s_counts, *s_sum, *s_bounds, *s_ms_buckets, *s_observe_ms, *s_name,
     *s_partition_responses, *s_error_code, *one, *thousand;
 
-/* the offset of the object slot named ``name`` in instances of ``cls``, or -1 */
-static Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name) {
-    PyObject *d = PyDict_GetItemWithError(cls->tp_dict, name);
-    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type))
-        return -1;
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
-}
-
 /* obj.name (new reference): the slot itself for an instance of ``type`` */
 static PyObject *get(PyObject *obj, PyTypeObject *type, Py_ssize_t off, PyObject *name) {
     if (off >= 0 && Py_IS_TYPE(obj, type)) {

@@ -54,7 +54,7 @@
 
 static PyObject *append_produced, *new_answer, *no_leader, *internal_topics, *on_duplicate, *new_topic_answer,
     *new_request_answer, *not_common, *zero, *one, *s_acks, *s_transactional_id, *s_topic_data, *s_name,
-    *s_partition_data, *s_index, *s_records;
+    *s_partition_data, *s_index, *s_records, *s_responses, *s_partition_responses;
 /* the last one-topic answer and the objects its fields hold, lists aside (see keep()); the
  * classes of it and of its topic answer, and where their fields are */
 static PyObject *kept, *kept_values;
@@ -394,14 +394,6 @@ static int slot_values(PyObject *obj, PyObject *into, Py_ssize_t skip) {
     return 0;
 }
 
-/* the offset of obj's slot ``name`` (a T_OBJECT_EX member of its class), or -1 */
-static Py_ssize_t slot_at(PyObject *obj, const char *name) {
-    for (PyMemberDef *m = Py_TYPE(obj)->tp_members; m && m->name; m++)
-        if (m->type == T_OBJECT_EX && strcmp(m->name, name) == 0)
-            return m->offset;
-    return -1;
-}
-
 #define AT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 /* the kept answer's topic answer when the kept answer may be made again (borrowed), else NULL */
@@ -459,11 +451,11 @@ static void forget(void) {
 /* a one-topic request's new answer kept, to be made again (nothing kept when it cannot be) */
 static void keep(PyObject *answer) {
     forget();
-    Py_ssize_t r_at = slot_at(answer, "responses"), n_at = -1, p_at = -1;
+    Py_ssize_t r_at = slot_offset(Py_TYPE(answer), s_responses), n_at = -1, p_at = -1;
     PyObject *responses = r_at < 0 ? NULL : AT(answer, r_at), *t = NULL, *values = PyList_New(0);
     if (values && responses && PyList_CheckExact(responses) && PyList_GET_SIZE(responses) == 1
-        && (n_at = slot_at(t = PyList_GET_ITEM(responses, 0), "name")) >= 0
-        && (p_at = slot_at(t, "partition_responses")) >= 0
+        && (n_at = slot_offset(Py_TYPE(t = PyList_GET_ITEM(responses, 0)), s_name)) >= 0
+        && (p_at = slot_offset(Py_TYPE(t), s_partition_responses)) >= 0
         && slot_values(answer, values, -1) == 0 && slot_values(t, values, n_at) == 0) {
         kept = Py_NewRef(answer);
         kept_values = Py_NewRef(values);
@@ -625,7 +617,9 @@ PyMODINIT_FUNC PyInit__produce(void) {
         || !(s_transactional_id = PyUnicode_InternFromString("transactional_id"))
         || !(s_topic_data = PyUnicode_InternFromString("topic_data")) || !(s_name = PyUnicode_InternFromString("name"))
         || !(s_partition_data = PyUnicode_InternFromString("partition_data"))
-        || !(s_index = PyUnicode_InternFromString("index")) || !(s_records = PyUnicode_InternFromString("records")))
+        || !(s_index = PyUnicode_InternFromString("index")) || !(s_records = PyUnicode_InternFromString("records"))
+        || !(s_responses = PyUnicode_InternFromString("responses"))
+        || !(s_partition_responses = PyUnicode_InternFromString("partition_responses")))
         return NULL;
     return PyModule_Create(&module);
 }

@@ -45,6 +45,16 @@ static inline PyObject *slot_get(PyObject *obj, PyObject *name, SlotCache *c) {
     return PyObject_GetAttr(obj, name);
 }
 
+/* the offset of the writable object slot named ``name`` in instances of ``cls`` (its own
+ * __slots__, not a base class's), or -1 */
+static inline Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name) {
+    PyObject *d = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
+}
+
 /* obj.name through a SlotCache of its own: one per place in the code that reads a field
  * (a GNU C statement expression, as gcc and clang compile) */
 #define SLOT_GET(obj, name) ({ static SlotCache slot_cache_; slot_get((obj), (name), &slot_cache_); })
