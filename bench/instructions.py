@@ -20,7 +20,10 @@ partition). ``one-record-connection`` is ``one-record-metrics`` read by a connec
 (broker/connection.py's KafkaConnection, each request in a read of its own, its answer
 written to a transport that keeps nothing): the framing, the compiled lane or the
 dispatcher, and the write, as a live broker runs them for a producer that waits for each
-answer (without the event loop and the sockets). ``fetch-at-end`` counts Fetch requests instead (v11, as librdkafka 2.0
+answer (without the event loop and the sockets). ``one-record-authorizer`` is that shape
+on a broker with an authorizer (``StandardAuthorizer``) holding 1,000 ACLs of other
+principals (a PREFIXED WRITE each) and the LITERAL one that lets the producer's
+principal write its topic. ``fetch-at-end`` counts Fetch requests instead (v11, as librdkafka 2.0
 sends them, metrics on): a consumer at the log's end, each fetch from the offset where
 the one-record batch appended just before it (not counted) begins, answered with it.
 ``--root`` measures another checkout with this virtualenv (for example a ``git
@@ -62,13 +65,16 @@ SHAPES = {  # name: (partitions per request, metrics on, share of --requests cou
     "100-partitions": (100, False, 0.1, False),  # a tenth as many requests: ten times the partitions
     "fetch-at-end": (1, True, 1, False),  # Fetch requests (FETCH_SHAPES), each after an uncounted produce
     "one-record-connection": (1, True, 1, False),  # read by a connection (CONNECTION_SHAPES), one per read
+    "one-record-authorizer": (1, True, 1, False),  # the same with an authorizer and its ACLs (AUTHORIZER_SHAPES)
 }
 FETCH_SHAPES = {"fetch-at-end"}
-CONNECTION_SHAPES = {"one-record-connection"}
+CONNECTION_SHAPES = {"one-record-connection", "one-record-authorizer"}
+AUTHORIZER_SHAPES = {"one-record-authorizer"}
+AUTHORIZER_ACLS = 1000  # one-record-authorizer: the ACLs of other principals beside the producer's own
 
 
 def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: int, idempotent: bool,
-           fetch: bool = False, connection: bool = False) -> None:
+           fetch: bool = False, connection: bool = False, authorizer: bool = False) -> None:
     """Runs under valgrind: a broker context in this process, ``requests`` produce
     requests dispatched between the shim's start and stop."""
     import ctypes
@@ -100,6 +106,18 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
                             cluster_id="bench", metrics=metrics)
         if metrics is not None:
             metrics.attach_state(lm, lambda: None, clock)
+        session = None
+        if authorizer:
+            from broker.security import authorizer as A
+            from broker.security.authenticator import COMPLETE, Session
+            from storage.acl_store import AclBinding, AclStore
+
+            store = AclStore(tmp)
+            store.change(add=[AclBinding(A.TOPIC, f"team-{i}-", A.PREFIXED, f"User:team-{i}", "*", A.WRITE, A.ALLOW)
+                              for i in range(AUTHORIZER_ACLS)]
+                         + [AclBinding(A.TOPIC, "bench", A.LITERAL, "User:bench", "*", A.WRITE, A.ALLOW)])
+            ctx.authorizer = A.Authorizer(store, "", False, metrics)
+            session = Session(listener=None, client_ip="127.0.0.1", principal="User:bench", state=COMPLETE)
         dispatcher = Dispatcher(ctx)
         ts = clock.time_ms() - 1000
         value = bytes(range(100))
@@ -120,7 +138,7 @@ def _child(root: str, shim: str, partitions: int, metrics_on: bool, requests: in
         if fetch:
             _fetch_at_end(cg, dispatcher, conn, frames, lm)
         elif connection:
-            _through_connection(cg, dispatcher, frames)
+            _through_connection(cg, dispatcher, frames, session)
         else:
             for view in frames[:50]:  # warm-up: caches, labelled children, specialised bytecode
                 assert dispatcher.dispatch(conn, view)
@@ -188,12 +206,14 @@ class _Transport:
         return 0
 
 
-def _through_connection(cg, dispatcher, frames) -> None:
-    """Each produce frame (its size in front) read by a KafkaConnection, one per read."""
+def _through_connection(cg, dispatcher, frames, session=None) -> None:
+    """Each produce frame (its size in front) read by a KafkaConnection (of ``session``),
+    one per read."""
     from broker.connection import KafkaConnection
 
     conn = KafkaConnection(dispatcher, None)
     conn._transport = _Transport()
+    conn.session = session
     whole = [len(view).to_bytes(4, "big") + bytes(view) for view in frames]
 
     def read(data: bytes) -> None:
@@ -220,7 +240,7 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
         sys.executable, __file__, "--child", root, shim, str(partitions), "1" if metrics_on else "0",
         str(requests), "1" if idempotent else "0", "1" if shape in FETCH_SHAPES else "0",
-        "1" if shape in CONNECTION_SHAPES else "0"]
+        "1" if shape in CONNECTION_SHAPES else "0", "1" if shape in AUTHORIZER_SHAPES else "0"]
     # one hash seed: dict and set layouts (and so a few hundred instructions per request)
     # are the same from run to run and from checkout to checkout
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, PYTHONHASHSEED="0"))
@@ -235,9 +255,9 @@ def _count(root: str, shim: str, shape: str, requests: int, workdir: str) -> int
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        root, shim, partitions, metrics_on, requests, idempotent, fetch, connection = sys.argv[2:10]
+        root, shim, partitions, metrics_on, requests, idempotent, fetch, connection, authorizer = sys.argv[2:11]
         _child(root, shim, int(partitions), metrics_on == "1", int(requests), idempotent == "1", fetch == "1",
-               connection == "1")
+               connection == "1", authorizer == "1")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=2000,
