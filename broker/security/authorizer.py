@@ -91,34 +91,98 @@ def applies_to(acl: AclBinding, rtype: int, name: str) -> bool:
     return acl.pattern_type == PREFIXED and name.startswith(acl.resource_name)
 
 
+# allowed decisions remembered (over every principal, host and operation) before the
+# memory of them starts again: a bound on what a broker with many principals, hosts and
+# topics keeps
+REMEMBERED_MAX = 100_000
+
+
+class _Index:
+    """One snapshot of the ACL store, kept the way a decision reads it (Kafka's
+    StandardAuthorizerData keeps its ACLs sorted by resource for the same reason): per
+    resource type, the LITERAL ACLs by name (``*`` among them) and the PREFIXED ones by
+    prefix with the lengths of those prefixes, so that a decision reads only the ACLs
+    that apply to its resource, however many others there are.
+
+    It also remembers the allowed decisions made on this snapshot, per (principal, host,
+    operation, resource type): a set of resource names. A decision depends on nothing but
+    those, the resource and the snapshot (``super.users`` and
+    ``allow.everyone.if.no.acl.found`` are static), so it stands for as long as the
+    snapshot does; any change of the ACLs makes a new snapshot and so a new index.
+    Denials are not remembered: each is decided, logged and counted again."""
+
+    __slots__ = ("acls", "by_type", "literal", "prefixed", "lengths", "allowed", "remembered")
+
+    def __init__(self, acls: frozenset) -> None:
+        self.acls = acls
+        self.by_type: dict[int, list] = {}
+        self.literal: dict[tuple, list] = {}
+        self.prefixed: dict[tuple, list] = {}
+        for a in acls:
+            self.by_type.setdefault(a.resource_type, []).append(a)
+            if a.pattern_type == LITERAL:
+                self.literal.setdefault((a.resource_type, a.resource_name), []).append(a)
+            elif a.pattern_type == PREFIXED:
+                self.prefixed.setdefault((a.resource_type, a.resource_name), []).append(a)
+        lengths: dict[int, set] = {}
+        for rtype, prefix in self.prefixed:
+            lengths.setdefault(rtype, set()).add(len(prefix))
+        self.lengths = {rtype: sorted(n) for rtype, n in lengths.items()}
+        self.allowed: dict[tuple, set] = {}
+        self.remembered = 0
+
+    def applying(self, rtype: int, name: str) -> list:
+        """The ACLs whose pattern covers the resource (what ``applies_to`` selects)."""
+        out = list(self.literal.get((rtype, name), ()))
+        if name != WILDCARD:
+            out += self.literal.get((rtype, WILDCARD), ())
+        prefixed = self.prefixed
+        for n in self.lengths.get(rtype, ()):
+            if n > len(name):
+                break
+            out += prefixed.get((rtype, name[:n]), ())
+        return out
+
+    def names(self, key: tuple) -> set:
+        """The resource names an allowed decision was made for under ``key``."""
+        names = self.allowed.get(key)
+        if names is None:
+            names = self.allowed[key] = set()
+        return names
+
+    def remember(self, key: tuple, name: str) -> None:
+        if self.remembered >= REMEMBERED_MAX:
+            # start again: the sets handed out before are left to their holders (a
+            # produce request being answered), no longer added to
+            self.allowed = {}
+            self.remembered = 0
+        self.names(key).add(name)
+        self.remembered += 1
+
+
 class Authorizer:
     def __init__(self, store, super_users: str = "", allow_if_no_acl: bool = False, metrics=None) -> None:
         self.store = store
         self.super_users = parse_super_users(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self.metrics = metrics
-        self._snapshot = None
-        self._by_type: dict = {}
+        self._index = _Index(frozenset())
 
-    def _acls_of(self, rtype: int):
+    def _current(self) -> _Index:
+        """The index of the store's current snapshot (made anew when the ACLs changed)."""
         acls = self.store.all()
-        if acls is not self._snapshot:
-            by_type: dict = {}
-            for a in acls:
-                by_type.setdefault(a.resource_type, []).append(a)
-            self._by_type, self._snapshot = by_type, acls
-        return self._by_type.get(rtype, ())
+        index = self._index
+        if index.acls is not acls:
+            index = self._index = _Index(acls)
+        return index
 
-    def allowed(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
+    def _decide(self, index: _Index, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         if principal in self.super_users:
             return True
         principals = _principals(principal)
         allow = False
-        any_acl = False
-        for acl in self._acls_of(rtype):
-            if not applies_to(acl, rtype, name):
-                continue
-            any_acl = True
+        applying = index.applying(rtype, name)
+        for acl in applying:
             r = _result(acl, principals, host, op)
             if r == DENY:
                 return False
@@ -126,22 +190,47 @@ class Authorizer:
                 allow = True
         if allow:
             return True
-        return self.allow_if_no_acl and not any_acl
+        return self.allow_if_no_acl and not applying
+
+    def allowed(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
+        return self._decide(self._current(), principal, host, op, rtype, name)
 
     def authorize(self, session, op: int, rtype: int, name: str, api: str = "") -> bool:
-        ok = self.allowed(session.principal, session.client_ip, op, rtype, name)
-        if not ok:
-            log.debug("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for request = %s",
-                      session.principal, op, session.client_ip, RESOURCE_NAMES.get(rtype, rtype), name, api)
-            if self.metrics is not None:
-                self.metrics.authorization_denied(api, RESOURCE_NAMES.get(rtype, str(rtype)))
-        return ok
+        index = self._current()
+        principal, host = session.principal, session.client_ip
+        names = index.allowed.get((principal, host, op, rtype))
+        if names is not None and name in names:
+            return True
+        if self._decide(index, principal, host, op, rtype, name):
+            index.remember((principal, host, op, rtype), name)
+            return True
+        log.debug("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for request = %s",
+                  principal, op, host, RESOURCE_NAMES.get(rtype, rtype), name, api)
+        if self.metrics is not None:
+            self.metrics.authorization_denied(api, RESOURCE_NAMES.get(rtype, str(rtype)))
+        return False
+
+    def allowed_names(self, session, op: int, rtype: int) -> set:
+        """The names of the ``rtype`` resources ``authorize`` allowed this session's
+        principal, from its host, to do ``op`` on, under the ACLs as they are now: a set
+        that ``authorize`` adds to, for a caller that reads it instead of asking again
+        for each resource (the compiled produce path, broker/_produce.c). A name not in
+        it is one to ask ``authorize`` about, not one denied. After any change of the
+        ACLs this hands out a new, empty set. (Asked for every read of a producer's
+        connection: _current and names written out.)"""
+        index = self._index
+        if index.acls is not self.store.all():
+            index = self._current()
+        key = (session.principal, session.client_ip, op, rtype)
+        names = index.allowed.get(key)
+        return names if names is not None else index.names(key)
 
     def authorized_ops(self, session, rtype: int, name: str) -> int:
         """Kafka's authorized-operations bitfield (bit n = AclOperation code n)."""
+        index = self._current()
         bits = 0
         for op in SUPPORTED_OPS.get(rtype, ()):
-            if self.allowed(session.principal, session.client_ip, op, rtype, name):
+            if self._decide(index, session.principal, session.client_ip, op, rtype, name):
                 bits |= 1 << op
         return bits
 
@@ -153,13 +242,14 @@ class Authorizer:
             return True
         principals = _principals(session.principal)
         allowed = False
-        for acl in self._acls_of(rtype):
+        acls = self._current().by_type.get(rtype, ())
+        for acl in acls:
             r = _result(acl, principals, session.client_ip, op)
             if r == DENY and acl.pattern_type == LITERAL and acl.resource_name == WILDCARD:
                 return False
             if r == ALLOW:
                 allowed = True
-        return allowed or (self.allow_if_no_acl and not self._acls_of(rtype))
+        return allowed or (self.allow_if_no_acl and not acls)
 
 
 # ---------------------------------------------------------------------- filters

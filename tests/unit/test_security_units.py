@@ -201,6 +201,80 @@ def test_authorizer_rules(tmp_path):
     assert not ok(A.READ, A.TOPIC, "no-acl-at-all")
 
 
+def _linear(z, principal, host, op, rtype, name) -> bool:
+    """The decision read off every ACL in turn (what the index must give)."""
+    if principal in z.super_users:
+        return True
+    principals = (principal, principal.split(":", 1)[0] + ":*")
+    applying = [a for a in z.store.all() if A.applies_to(a, rtype, name)]
+    results = [A._result(a, principals, host, op) for a in applying]
+    if A.DENY in results:
+        return False
+    return A.ALLOW in results or (z.allow_if_no_acl and not applying)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_acl_index_decides_as_reading_every_acl(tmp_path, seed):
+    """Authorizer reads only the ACLs indexed under the resource's name, ``*`` and the
+    name's prefixes; over random ACLs (LITERAL, PREFIXED, ``*``, principals, hosts,
+    operations, DENY and ALLOW) and random actions it decides as reading them all does."""
+    import random
+
+    rng = random.Random(seed)
+    names = ["a", "ab", "abc", "abd", "b", "ba", "*", "orders", "ord", "o", "orders-eu"]
+    ops = [A.ALL, A.READ, A.WRITE, A.DESCRIBE, A.ALTER, A.ALTER_CONFIGS, A.DESCRIBE_CONFIGS, A.DELETE]
+    acls = [AclBinding(rng.choice([A.TOPIC, A.GROUP]), rng.choice(names), rng.choice([A.LITERAL, A.PREFIXED]),
+                       rng.choice(["User:alice", "User:bob", "User:*"]), rng.choice(["*", "10.0.0.1"]),
+                       rng.choice(ops), rng.choice([A.ALLOW, A.ALLOW, A.DENY])) for _ in range(rng.randint(0, 40))]
+    acls = [a for a in acls if not (a.pattern_type == A.PREFIXED and a.resource_name == "*")]
+    z = _authz(tmp_path, acls, super_users="User:root", allow_if_none=seed % 2 == 0)
+    decided = set()
+    for _ in range(3000):
+        action = (rng.choice(["User:alice", "User:bob", "User:carol", "User:root"]),
+                  rng.choice(["10.0.0.1", "10.0.0.2"]), rng.choice(ops[1:]), rng.choice([A.TOPIC, A.GROUP]),
+                  rng.choice(names + ["abcd", "x", "order", "orders-us"]))
+        want = _linear(z, *action)
+        assert z.allowed(*action) == want, action
+        session = SimpleNamespace(principal=action[0], client_ip=action[1])
+        assert z.authorize(session, *action[2:]) == want, action  # remembered or not, the same
+        decided.add(want)
+    assert decided == {True, False}
+
+
+def test_allowed_decisions_are_remembered_until_the_acls_change(tmp_path, monkeypatch):
+    """authorize remembers what it allowed (per principal, host, operation and resource
+    type) and hands it out as allowed_names; a denial is decided, counted and logged
+    every time; any change of the ACLs starts from nothing; the memory is bounded."""
+    class Denials:
+        n = 0
+
+        def authorization_denied(self, api, rtype):
+            self.n += 1
+
+    store = AclStore(str(tmp_path))
+    store.change(add=[acl(A.TOPIC, "t", A.WRITE), acl(A.TOPIC, "u", A.WRITE)])
+    denials = Denials()
+    z = A.Authorizer(store, "", False, denials)
+    alice = SimpleNamespace(principal="User:alice", client_ip="1.2.3.4")
+    names = z.allowed_names(alice, A.WRITE, A.TOPIC)
+    assert names == set()
+    assert z.authorize(alice, A.WRITE, A.TOPIC, "t") and not z.authorize(alice, A.WRITE, A.TOPIC, "v")
+    assert not z.authorize(alice, A.WRITE, A.TOPIC, "v")
+    assert names == {"t"} and denials.n == 2 and z.allowed_names(alice, A.WRITE, A.TOPIC) is names
+    assert z.allowed_names(alice, A.READ, A.TOPIC) == set()  # another operation's
+    assert z.allowed_names(SimpleNamespace(principal="User:alice", client_ip="5.6.7.8"), A.WRITE, A.TOPIC) == set()
+    store.change(add=[acl(A.TOPIC, "t", A.WRITE, perm=A.DENY, principal="User:*")])
+    assert z.allowed_names(alice, A.WRITE, A.TOPIC) == set() and names == {"t"}  # a new set; the old one kept
+    assert not z.authorize(alice, A.WRITE, A.TOPIC, "t") and denials.n == 3
+    monkeypatch.setattr(A, "REMEMBERED_MAX", 1)
+    assert z.authorize(alice, A.WRITE, A.TOPIC, "u")
+    assert z.allowed_names(alice, A.WRITE, A.TOPIC) == {"u"}
+    assert z.authorize(bob := SimpleNamespace(principal="User:bob", client_ip="1.2.3.4"), A.WRITE, A.TOPIC, "x") \
+        is False and z.authorize(alice, A.DESCRIBE, A.TOPIC, "u")  # WRITE implies DESCRIBE: a second name
+    assert z.allowed_names(alice, A.WRITE, A.TOPIC) == set()  # over the bound: started again
+    assert z.allowed_names(alice, A.DESCRIBE, A.TOPIC) == {"u"} and z.allowed_names(bob, A.WRITE, A.TOPIC) == set()
+
+
 def test_allow_everyone_if_no_acl_found(tmp_path):
     z = _authz(tmp_path, [acl(A.TOPIC, "guarded", A.READ)], allow_if_none=True)
     assert z.allowed("User:bob", "h", A.WRITE, A.TOPIC, "free")  # no ACL on the resource
