@@ -24,9 +24,11 @@
  *        max_version, max_frame, coalesce)
  *       ``clock_ms``: the broker clock's time_ms, or None for storage.clock's SystemClock
  *       (storage.clock.reads_system_time), whose reading this makes itself
- *   lane(view, start, end, out) -> int | (after, header, request, outcome, now_ms, tally, started)
+ *   lane(view, start, end, out, writable) -> int | (after, header, request, outcome, now_ms, tally, started)
  *       ``view``: the connection's receive buffer (a memoryview of bytes), frames from
  *       ``start`` to ``end``; each answered frame's chunks are appended to ``out``.
+ *       ``writable``: the compiled handle's (None, or the set of topics the authorizer
+ *       allowed the connection to write).
  *       Returns the position after the last frame it answered (``start`` if none).
  *       A frame it began but whose handling the Python path finishes comes back as a
  *       tuple: the position after it, its header and request, and the outcome - the
@@ -139,11 +141,11 @@ static int answer_into(Lane *lane, PyObject *header, long version, PyObject *ans
 
 static PyObject *lane_serve(Lane *lane, PyObject *const *args, size_t nargsf) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 4 || !PyMemoryView_Check(args[0]) || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "lane(view, start, end, out): view a memoryview, out a list");
+    if (nargs != 5 || !PyMemoryView_Check(args[0]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "lane(view, start, end, out, writable): view a memoryview, out a list");
         return NULL;
     }
-    PyObject *view = args[0], *out = args[3];
+    PyObject *view = args[0], *out = args[3], *writable = args[4];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
     if ((start == -1 || end == -1) && PyErr_Occurred())
         return NULL;
@@ -191,9 +193,9 @@ static PyObject *lane_serve(Lane *lane, PyObject *const *args, size_t nargsf) {
             result = left(after, header, request, NULL, now, tally, started);
             goto leave;
         }
-        PyObject *hargs[6] = {request, lane->logs, now, tally ? tally : Py_None,
-                              PyDict_GET_SIZE(lane->waiters) ? lane->notify : Py_None, lane->produced};
-        answer = PyObject_Vectorcall(lane->common, hargs, 6, NULL);
+        PyObject *hargs[7] = {request, lane->logs, now, tally ? tally : Py_None,
+                              PyDict_GET_SIZE(lane->waiters) ? lane->notify : Py_None, lane->produced, writable};
+        answer = PyObject_Vectorcall(lane->common, hargs, 7, NULL);
         if (!answer || answer == lane->not_common || PyTuple_Check(answer)) {
             result = left(after, header, request, answer, now, tally, started);
             goto leave;
@@ -293,7 +295,7 @@ static PyTypeObject LaneType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Lane(decode, request_table, common, not_common, logs, waiters, notify, clock_ms, produced, "
               "request_done, encode, response_table, encode_python, min_version, max_version, max_frame, coalesce)"
-              "\n\nlane(view, start, end, out) -> int | (after, header, request, outcome, now_ms, tally, started): "
+              "\n\nlane(view, start, end, out, writable) -> int | (after, header, request, outcome, now_ms, tally, started): "
               "consecutive Produce frames of a connection's buffer answered (see broker/_lane.c)",
     .tp_new = lane_new,
     .tp_traverse = (traverseproc)lane_traverse,

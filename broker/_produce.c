@@ -28,13 +28,16 @@
  *       ``tally``: None (metrics off) or {topic: [bytes, messages, delays]} added to for
  *       each non-duplicate append, as produce.py's _count adds; ``notify``: None or
  *       ctx.notify_append, called (topic, partition) after each non-duplicate append.
- *   handle(request, logs, now_ms, tally, notify, produced)
+ *   handle(request, logs, now_ms, tally, notify, produced[, writable])
  *       -> response | None | not_common | (position, items, results, exception or None)
  *       A whole Produce v3+ request the way produce.handle takes it when it has no
- *       transactional id and acks of -1, 0 or 1 (else ``not_common``, nothing done), its
- *       caller having checked authorization is not needed: the items made from its
- *       topic_data, any transactional first batch answered by the Python path
- *       (``not_common``, before anything is appended), then run() from the first; when
+ *       transactional id and acks of -1, 0 or 1 (else ``not_common``, nothing done).
+ *       ``writable``: None when no authorization is asked (no authorizer), else the set of
+ *       topic names the authorizer allowed the connection's principal to write
+ *       (Authorizer.allowed_names): a topic not in it makes the request ``not_common``
+ *       before anything is done, for the Python path to ask the authorizer. Then the
+ *       items made from its topic_data, any transactional first batch answered by the
+ *       Python path (``not_common``, before anything is appended), then run() from the first; when
  *       every item is taken, the answer as produce._respond makes it (a topic answer per
  *       topic, ``produced`` (the metrics' hook, or None) told, None for acks=0; a
  *       one-topic answer is the last one made again when nothing else holds it, see
@@ -320,8 +323,9 @@ static int transactional_first(PyObject *records) {
 
 /* the request's (topic, partition, records) items in request order, and the number of
  * partitions of each topic in ``counts``; NULL with ``*common`` 0 when a partition's first
- * batch is transactional (the Python path's case), NULL with an error set otherwise */
-static PyObject *items_of(PyObject *topic_data, PyObject *counts, int *common) {
+ * batch is transactional or a topic is not in ``writable`` (a set, or None: not asked),
+ * the Python path's cases; NULL with an error set otherwise */
+static PyObject *items_of(PyObject *topic_data, PyObject *writable, PyObject *counts, int *common) {
     PyObject *items = PyList_New(0), *topics = PySequence_Fast(topic_data, "topic_data is a list");
     *common = 1;
     if (!items || !topics)
@@ -336,6 +340,13 @@ static PyObject *items_of(PyObject *topic_data, PyObject *counts, int *common) {
             goto fail;
         }
         Py_DECREF(pd);
+        int allowed = writable == Py_None ? 1 : PySet_Contains(writable, name);
+        if (allowed != 1) {
+            *common = allowed == 0 ? 0 : 1;
+            Py_DECREF(name);
+            Py_DECREF(parts);
+            goto fail;
+        }
         Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
         PyObject *count = PyLong_FromSsize_t(n);
         int ok = count && PyList_Append(counts, count) == 0;
@@ -542,8 +553,8 @@ fail:
 }
 
 static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "handle(request, logs, now_ms, tally, notify, produced)");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "handle(request, logs, now_ms, tally, notify, produced[, writable])");
         return NULL;
     }
     if (!new_topic_answer) {
@@ -551,9 +562,11 @@ static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     PyObject *request = args[0], *logs = args[1], *now_obj = args[2], *tally = args[3], *notify = args[4],
-             *produced = args[5];
-    if (!PyDict_Check(logs) || !PyLong_Check(now_obj) || (tally != Py_None && !PyDict_Check(tally))) {
-        PyErr_SetString(PyExc_TypeError, "handle: logs a dict, now_ms an int, tally a dict or None");
+             *produced = args[5], *writable = nargs == 7 ? args[6] : Py_None;
+    if (!PyDict_Check(logs) || !PyLong_Check(now_obj) || (tally != Py_None && !PyDict_Check(tally))
+        || (writable != Py_None && !PyAnySet_Check(writable))) {
+        PyErr_SetString(PyExc_TypeError, "handle: logs a dict, now_ms an int, tally a dict or None, writable a set "
+                                         "or None");
         return NULL;
     }
     PyObject *acks_obj = SLOT_GET(request, s_acks);
@@ -575,7 +588,7 @@ static PyObject *pr_handle(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *topic_data = SLOT_GET(request, s_topic_data), *counts = PyList_New(0), *items = NULL,
              *results = NULL, *stop = NULL, *out = NULL;
     int common = 1;
-    if (!topic_data || !counts || !(items = items_of(topic_data, counts, &common))) {
+    if (!topic_data || !counts || !(items = items_of(topic_data, writable, counts, &common))) {
         if (!PyErr_Occurred() && !common)
             out = Py_NewRef(not_common);
         goto done;
@@ -605,8 +618,8 @@ static PyMethodDef methods[] = {
      "run(logs, items, start, now_ms, results, tally, notify) -> int | (int, exception): the common case of "
      "a run of a Produce v3+ request's partitions"},
     {"handle", (PyCFunction)(void (*)(void))pr_handle, METH_FASTCALL,
-     "handle(request, logs, now_ms, tally, notify, produced) -> response | None | not_common | (position, items, "
-     "results, exception or None): a whole Produce v3+ request without a transactional id"},
+     "handle(request, logs, now_ms, tally, notify, produced[, writable]) -> response | None | not_common | "
+     "(position, items, results, exception or None): a whole Produce v3+ request without a transactional id"},
     {NULL, NULL, 0, NULL},
 };
 

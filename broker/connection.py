@@ -57,6 +57,8 @@ _YIELD_BYTES = 256 * 1024
 # reads smaller than this are not counted (libuv reads a socket 32 times a turn at most,
 # and the count costs a one-record produce 400 instructions)
 _COUNTED_READ = 16 * 1024
+# Dispatcher.lane_for's answer when a read gets no lane: (lane, writable)
+_NO_LANE = (None, None)
 
 
 def _new_buffer(size: int):
@@ -268,11 +270,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             dispatcher = self._dispatcher
             # consecutive Produce frames answered in one call (Dispatcher.lane_for); a frame
             # reserved in the memory pool is released by the steps below
-            lane = dispatcher.lane_for(self.session) if not self._reserved else None
+            lane, writable = dispatcher.lane_for(self.session) if not self._reserved else _NO_LANE
             while not self._closed and not self._busy and not self._write_paused:
                 start = self._start
                 if lane is not None:
-                    r = lane(self._view, start, self._end, out)
+                    r = lane(self._view, start, self._end, out, writable)
                     if r.__class__ is int:
                         if r != start:  # frames answered, their chunks in out
                             self._start = r

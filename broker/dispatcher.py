@@ -23,9 +23,12 @@ from protocol.codec import KafkaStruct
 from protocol.errors import ErrorCode
 
 from broker import handlers
+from broker.connection import _NO_LANE
 from broker.context import BrokerContext
 from broker.memory_pool import RequestMemoryPool
 from broker.security.authenticator import COMPLETE as _COMPLETE
+from broker.security.authorizer import TOPIC as _TOPIC
+from broker.security.authorizer import WRITE as _WRITE
 from storage.clock import reads_system_time
 
 log = logging.getLogger("chronolog.dispatcher")
@@ -129,6 +132,7 @@ class Dispatcher:
         ctx.reconfigurables.append(self.limits)
         # broker/_lane.c's Lane (see lane_for), or None
         self.lane = self._make_lane()
+        self._lane_plain = (self.lane, None)  # lane_for's answer without an authorizer
 
     # -- connections -----------------------------------------------------------------------
     def connection_opened(self, conn, ssl_object) -> bool:
@@ -279,15 +283,14 @@ class Dispatcher:
         """broker/_lane.c's Lane for this broker: a connection's consecutive Produce v3+
         frames answered in one call, with the calls dispatch() and the produce handler
         make for them. None when it is not built, when the steps it calls are not
-        compiled either, with an authorizer (every produce request asks it), or when
-        Produce is not handled by produce.handle (whose compiled form it is)."""
+        compiled either, or when Produce is not handled by produce.handle (whose
+        compiled form it is)."""
         from broker.connection import _COALESCE_CHUNKS
         from broker.handlers import produce
 
         ctx, metrics = self.ctx, self.metrics
         if (_lane is None or produce.COMMON is None or _decode_request is None
-                or codec._encode_response_compiled is None or ctx.authorizer is not None
-                or ctx.log_manager is None or SUPPORTED[0][2] is not produce.handle):
+                or codec._encode_response_compiled is None or ctx.log_manager is None or SUPPORTED[0][2] is not produce.handle):
             return None
         self._lane_entry = SUPPORTED[0]  # what the lane is the compiled form of
         lo, hi, _handler = self._lane_entry
@@ -302,18 +305,34 @@ class Dispatcher:
             max_frame=self.socket_request_max_bytes, coalesce=_COALESCE_CHUNKS)
 
     def lane_for(self, session):
-        """The lane for the next frames of a connection with this session, or None: the
-        lane answers produce requests as dispatch() does for a session that is
-        authenticated and never expires (no SASL step, no re-authentication to check) on a
-        broker enforcing no client quota (nothing to record per request), while Produce's
-        entry in SUPPORTED (versions and handler) is the one it was made from."""
+        """(lane, writable) for the next frames of a connection with this session, or
+        (None, None): the lane answers produce requests as dispatch() does for a session
+        that is authenticated and never expires (no SASL step, no re-authentication to
+        check) on a broker enforcing no client quota (nothing to record per request),
+        while Produce's entry in SUPPORTED (versions and handler) is the one it was made
+        from. ``writable``: what the lane hands the compiled produce handle, the topics
+        the authorizer allowed the session to write (BrokerContext.writable_topics), None
+        without an authorizer. Asked once per read: a request that may change the ACLs
+        ends the lane's part of the read (KafkaConnection._process)."""
         lane = self.lane
         if lane is None or (session is not None and (session.state != _COMPLETE
                                                      or session.expires_at_ms is not None)) \
                 or SUPPORTED.get(0) is not self._lane_entry:
-            return None
-        quotas = self.ctx.client_quotas
-        return None if quotas is not None and quotas.enforcing else lane
+            return _NO_LANE
+        ctx = self.ctx
+        quotas = ctx.client_quotas
+        if quotas is not None and quotas.enforcing:
+            return _NO_LANE
+        authorizer = ctx.authorizer
+        if authorizer is None or session is None:
+            plain = self._lane_plain
+            return plain if plain[0] is lane else self._plain(lane)
+        return lane, authorizer.allowed_names(session, _WRITE, _TOPIC)  # ctx.writable_topics, one call fewer
+
+    def _plain(self, lane):
+        """(lane, None), made again when ``self.lane`` was replaced (tests wrap it)."""
+        self._lane_plain = (lane, None)
+        return self._lane_plain
 
     def lane_rest(self, conn, left, nbytes: int):
         """A frame the lane began and left to this path, ``left`` its (after, header,

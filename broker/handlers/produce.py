@@ -95,12 +95,15 @@ def handle(ctx, header, request, session=None):
     now = ctx.clock.time_ms()  # one append time for the request's partitions
     # what the metrics count, gathered for one call at the end (None: metrics off): see _count
     tally = {} if metrics is not None else None
-    if COMMON is not None and version >= 3 and (session is None or ctx.authorizer is None):
+    if COMMON is not None and version >= 3:
         # a request without a transactional id, acks -1, 0 or 1 and no transactional
         # batch, in one call (broker/_produce.c handle): this function's steps below
-        # and _respond's, for as long as the compiled loop takes its partitions
+        # and _respond's, for as long as the compiled loop takes its partitions. With an
+        # authorizer, only when every topic is among those it allowed this session to
+        # write before (else the steps below ask it, and it remembers those allowed)
         r = COMMON(request, ctx.log_manager.logs_by_key, now, tally,
-                   ctx.notify_append if ctx.fetch_waiters else None, None if metrics is None else metrics.produced)
+                   ctx.notify_append if ctx.fetch_waiters else None, None if metrics is None else metrics.produced,
+                   None if ctx.authorizer is None or session is None else ctx.writable_topics(session))
         if r is not _NOT_COMMON:
             if r.__class__ is not tuple:
                 return r  # the answer (None for acks=0)

@@ -53,7 +53,7 @@ class Dispatcher:
         pass
 
     def lane_for(self, session):  # no compiled lane: every frame through dispatch
-        return None
+        return None, None
 
     def dispatch(self, conn, frame):
         name = bytes(frame)

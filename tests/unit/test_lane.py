@@ -98,25 +98,58 @@ def _request_series(metrics) -> list[str]:
                   if line.startswith(("chronolog_requests_total", "chronolog_request_errors_total")))
 
 
-@pytest.mark.parametrize("session", ["none", "complete"])
+def _authorizer(ctx, log_dir):
+    """An authorizer letting User:alice write ct (LITERAL), lat (PREFIXED ``la``) and big
+    (LITERAL, for every principal), with 200 ACLs of other principals beside them."""
+    from broker.security import authorizer as A
+    from storage.acl_store import AclBinding, AclStore
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    store = AclStore(str(log_dir))
+    store.change(add=[AclBinding(A.TOPIC, "ct", A.LITERAL, "User:alice", "*", A.WRITE, A.ALLOW),
+                      AclBinding(A.TOPIC, "la", A.PREFIXED, "User:alice", "*", A.WRITE, A.ALLOW),
+                      AclBinding(A.TOPIC, "big", A.LITERAL, "User:*", "127.0.0.1", A.ALL, A.ALLOW)]
+                 + [AclBinding(A.TOPIC, f"t{i}", A.PREFIXED, f"User:u{i}", "*", A.WRITE, A.ALLOW) for i in range(200)])
+    ctx.authorizer = A.Authorizer(store, "", False, ctx.metrics)
+
+
+# a DENY of WRITE on big for User:alice, added to both brokers' ACLs at this request of
+# the "authorizer" case: what the lane was handed before (big among the topics written)
+# must not let a later request through
+DENY_AT = 300
+
+
+def _denied(metrics) -> float:
+    lines = [line for line in metrics.exposition().decode().splitlines()
+             if line.startswith('chronolog_authorization_denied_total{api="Produce",resource_type="Topic"}')]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+@pytest.mark.parametrize("session", ["none", "complete", "authorizer"])
 def test_lane_matches_the_dispatcher_path(tmp_path, session):
-    rng = random.Random(41 if session == "none" else 42)
+    """With an authorizer, the connection's principal may write each topic until a DENY
+    on one of them is added at DENY_AT: from then on both paths answer that topic's
+    partitions TOPIC_AUTHORIZATION_FAILED, and the lane still answers the others."""
+    rng = random.Random({"none": 41, "complete": 42, "authorizer": 43}[session])
     sides = {}
     for side in ("lane", "dispatch"):
         ctx, dispatcher = _broker(tmp_path / side)
+        if session == "authorizer":
+            _authorizer(ctx, tmp_path / side / "acl")
         if side == "dispatch":
             dispatcher.lane = None
         else:
             assert dispatcher.lane is not None, "the lane is built with every compiled step it calls"
-        s = None if session == "none" else Session(listener=None, client_ip="127.0.0.1", state=COMPLETE)
+        s = None if session == "none" else Session(listener=None, client_ip="127.0.0.1", state=COMPLETE,
+                                                   principal="User:alice")
         sides[side] = (ctx, dispatcher) + _connection(dispatcher, s)
 
     # what the lane did: frames answered, frames left to the dispatcher by outcome
     counts = {"answered": 0, "not its case": 0, "went on": 0, "failed": 0}
     real = sides["lane"][1].lane
 
-    def counting(view, start, end, out):
-        r = real(view, start, end, out)
+    def counting(view, start, end, out, writable):
+        r = real(view, start, end, out, writable)
         if r.__class__ is int:
             pos = start
             while pos < r:  # the frames answered
@@ -137,6 +170,15 @@ def test_lane_matches_the_dispatcher_path(tmp_path, session):
     try:
         for i in range(600):
             now = START_MS + i * 250
+            if session == "authorizer" and i == DENY_AT:
+                from broker.security import authorizer as A
+                from storage.acl_store import AclBinding
+
+                denied_before = _denied(sides["lane"][0].metrics)  # topics without an ACL
+                for ctx, *_rest in sides.values():
+                    ctx.authorizer.store.change(add=[
+                        AclBinding(A.TOPIC, "big", A.LITERAL, "User:alice", "*", A.WRITE, A.DENY)])
+                answered_before = counts["answered"]
             kind = rng.random()
             if kind < 0.1:
                 stream += _other(rng, i)
@@ -174,8 +216,11 @@ def test_lane_matches_the_dispatcher_path(tmp_path, session):
     assert _request_series(lane_side[1].metrics) == _request_series(dispatch_side[1].metrics)
     # the lane answered most plain produce requests (half of the mix; a segment roll or an
     # odd batch is its handle's Python path) and left the others of each kind to the dispatcher
-    assert counts["answered"] > produce_frames // 3, counts
+    assert counts["answered"] > produce_frames // (4 if session == "authorizer" else 3), counts
     assert counts["not its case"] >= 5 and counts["went on"] >= 20, counts
+    if session == "authorizer":
+        assert _denied(lane_side[0].metrics) == _denied(dispatch_side[0].metrics) > denied_before + 20
+        assert counts["answered"] - answered_before > produce_frames // 20, counts  # after the DENY too
 
 
 def test_lane_leaves_what_is_not_its_case(tmp_path):
@@ -195,7 +240,7 @@ def test_lane_leaves_what_is_not_its_case(tmp_path):
     def run(data: bytes):
         view = memoryview(bytearray(data))
         out: list = []
-        return lane(view, 0, len(data), out), out
+        return lane(view, 0, len(data), out, None), out
 
     at, out = run(good)
     assert at == len(good)  # every one answered (acks=0: no chunks)
@@ -241,7 +286,7 @@ def test_lane_hands_back_a_request_that_failed(tmp_path):
         response_table=codec.RESPONSE_TABLE, encode_python=codec.encode_response, min_version=3, max_version=11,
         max_frame=1 << 20, coalesce=64)
     out: list = []
-    r = broken(memoryview(bytearray(data)), 0, len(data), out)
+    r = broken(memoryview(bytearray(data)), 0, len(data), out, None)
     assert isinstance(r, tuple) and r[0] == len(data) and not out
     assert isinstance(r[3], RuntimeError) and r[3].__traceback__ is not None
     conn, _transport = _connection(dispatcher, None)
@@ -256,21 +301,38 @@ def test_lane_hands_back_a_request_that_failed(tmp_path):
 
 
 def test_the_lane_is_built_only_where_it_may_answer(tmp_path, monkeypatch):
-    """No lane with an authorizer; none for a session not complete or one that expires;
-    none once Produce's entry in SUPPORTED is not the one it was made from."""
-    import dataclasses
+    """None for a session not complete or one that expires; none once Produce's entry in
+    SUPPORTED is not the one it was made from. With an authorizer, a session's read gets
+    the set of topics the authorizer allowed it to write: the same set until the ACLs
+    change, then a new one that holds none of them."""
+    from broker.security import authorizer as A
+    from storage.acl_store import AclBinding
 
     ctx, dispatcher = _broker(tmp_path)
-    assert dispatcher.lane_for(None) is dispatcher.lane is not None
-    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE)) is dispatcher.lane
-    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state="initial")) is None
-    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE, expires_at_ms=1)) is None
+    lane = dispatcher.lane
+    assert lane is not None
+    assert dispatcher.lane_for(None) == (lane, None)
+    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE)) == (lane, None)
+    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state="initial")) == (None, None)
+    assert dispatcher.lane_for(Session(listener=None, client_ip="x", state=COMPLETE, expires_at_ms=1)) == (None, None)
     monkeypatch.setitem(dispatcher_mod.SUPPORTED, 0, (0, 11, lambda *a, **kw: None))
-    assert dispatcher.lane_for(None) is None
+    assert dispatcher.lane_for(None) == (None, None)
     monkeypatch.undo()
-    assert dispatcher.lane_for(None) is dispatcher.lane
-    with_authorizer = dataclasses.replace(ctx, authorizer=object())
-    assert dispatcher_mod.Dispatcher(with_authorizer).lane is None
+    assert dispatcher.lane_for(None) == (lane, None)
+
+    _authorizer(ctx, tmp_path / "acl")
+    alice = Session(listener=None, client_ip="127.0.0.1", state=COMPLETE, principal="User:alice")
+    assert dispatcher.lane_for(None) == (lane, None)  # no session: in-process, nothing asked
+    got, writable = dispatcher.lane_for(alice)
+    assert got is lane and writable == set()
+    assert ctx.unauthorized(alice, A.WRITE, A.TOPIC, ["ct", "lat", "nope"], "Produce") == {"nope"}
+    assert dispatcher.lane_for(alice)[1] is writable == {"ct", "lat"}  # the allowed ones, not the denied
+    bob = Session(listener=None, client_ip="127.0.0.1", state=COMPLETE, principal="User:bob")
+    assert dispatcher.lane_for(bob)[1] == set()  # another principal's own
+    ctx.authorizer.store.change(add=[AclBinding(A.TOPIC, "ct", A.LITERAL, "User:alice", "*", A.WRITE, A.DENY)])
+    assert dispatcher.lane_for(alice)[1] == set() and writable == {"ct", "lat"}
+    assert ctx.unauthorized(alice, A.WRITE, A.TOPIC, ["ct", "lat"], "Produce") == {"ct"}
+    assert dispatcher.lane_for(alice)[1] == {"lat"}
 
 
 def test_the_lane_reads_the_system_clock_itself_and_any_other_clock_through_it(tmp_path, monkeypatch):

@@ -283,3 +283,35 @@ def test_a_one_topic_answer_is_made_again_only_when_nothing_else_holds_it(tmp_pa
     a = answer(("ct", [0]), ("big", [0]))  # two topics: not kept, not made from the kept one
     assert [t.name for t in a.responses] == ["ct", "big"]
     assert answer(("ct", [0]), acks=0) is None
+
+
+def test_a_topic_not_among_the_writable_ones_leaves_the_request_to_the_python_path(tmp_path):
+    """With ``writable`` (the topics the authorizer allowed the connection to write), a
+    request naming any other topic is ``not_common`` before anything is appended, even
+    when its other topics are writable; one whose topics all are is answered."""
+    from protocol.messages import ProduceRequest
+
+    ctx, _dispatcher = _broker(tmp_path)
+    logs = ctx.log_manager.logs_by_key
+    rng = random.Random(9)
+
+    def req(*names):
+        return ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+            ProduceRequest.TopicProduceData(name=name, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=bytearray(_batch(rng, START_MS)))])
+            for name in names])
+
+    def ends():
+        return [logs[(name, 0)].log_end_offset for name in ("ct", "lat", "big")]
+
+    before = ends()
+    assert _COMMON(req("ct", "big"), logs, START_MS, None, None, None, {"ct", "lat"}) is produce._NOT_COMMON
+    assert _COMMON(req("big"), logs, START_MS, None, None, None, set()) is produce._NOT_COMMON
+    assert ends() == before  # nothing appended, the writable topic's partition neither
+    r = _COMMON(req("ct", "lat"), logs, START_MS, None, None, None, frozenset({"ct", "lat"}))
+    assert [p.error_code for t in r.responses for p in t.partition_responses] == [0, 0]
+    assert ends()[:2] != before[:2] and ends()[2] == before[2]
+    r = _COMMON(req("big"), logs, START_MS, None, None, None, None)  # None: nothing asked
+    assert r.responses[0].partition_responses[0].error_code == 0
+    with pytest.raises(TypeError, match="writable a set or None"):
+        _COMMON(req("ct"), logs, START_MS, None, None, None, ["ct"])
