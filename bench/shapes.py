@@ -47,7 +47,13 @@ driven by stock clients (confluent-kafka / librdkafka). Shapes:
 
     .venv/bin/python bench/shapes.py                         # every shape, both brokers
     .venv/bin/python bench/shapes.py --shapes small --brokers chronolog
+    .venv/bin/python bench/shapes.py --shapes small --acls 1000   # with an authorizer
     make bench-shapes
+
+``--acls N`` runs Chronolog with an authorizer (``StandardAuthorizer``) whose store holds N
+ACLs of other principals and the ones allowing the benchmark's clients everything
+(bench/throughput.py ``seed_acls``; 0: no ACL at all and
+``allow.everyone.if.no.acl.found=true``). Tansu has no authorizer: it runs as always.
 
 Every shape also reports the broker's peak RSS (VmHWM, started again at each run through
 /proc/PID/clear_refs; for ``many`` the higher of the produce's and the restart's; the
@@ -720,6 +726,10 @@ def main(argv=None) -> int:
     ap.add_argument("--many-partitions", type=int, default=10_000, help="many: partitions (10000)")
     ap.add_argument("--bulk-mb", type=int, default=1000, help="beside-bulk: MB the bulk producer sends (1000)")
     ap.add_argument("--chronolog-cmd", default=default_chronolog_cmd())
+    ap.add_argument("--acls", type=int, default=None, metavar="N",
+                    help="Chronolog with an authorizer (StandardAuthorizer) and N ACLs of other principals beside "
+                         "those allowing the clients; 0: no ACL, allow.everyone.if.no.acl.found=true (default: "
+                         "no authorizer)")
     ap.add_argument("--tansu-bin", default=default_tansu_bin())
     ap.add_argument("--tansu-storage", default="memory://tansu/")
     ap.add_argument("--startup-timeout", type=float, default=60)

@@ -215,11 +215,34 @@ def broker_command(name: str, port: int, log_dir: Path, args: argparse.Namespace
         template = args.chronolog_cmd
         if "{port}" not in template:
             raise BenchError("--chronolog-cmd must contain {port} (and usually {log_dir})")
-        return [
-            part.format(port=port, log_dir=str(log_dir), host=HOST)
-            for part in shlex.split(template)
-        ]
+        cmd = [part.format(port=port, log_dir=str(log_dir), host=HOST) for part in shlex.split(template)]
+        acls = getattr(args, "acls", None)
+        if acls is not None:
+            seed_acls(log_dir, acls)
+            cmd += ["--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"]
+            if acls == 0:
+                cmd += ["--override", "allow.everyone.if.no.acl.found=true"]
+        return cmd
     raise BenchError(f"unknown broker {name!r}")
+
+
+def seed_acls(log_dir: Path, n: int) -> None:
+    """The ACL store of a broker about to start on ``log_dir`` (``--acls``): ``n`` ACLs of
+    other principals, each a PREFIXED WRITE on its own topics (the ACLs of a shared
+    cluster), and, when n > 0, the ones letting the benchmark's clients (``User:ANONYMOUS``
+    on a PLAINTEXT listener) do everything with topics, groups and the cluster. With
+    n = 0 the store is empty, and the broker allows what no ACL covers
+    (``allow.everyone.if.no.acl.found=true``)."""
+    sys.path.insert(0, str(REPO))
+    from broker.security import authorizer as A
+    from storage.acl_store import AclBinding, AclStore
+
+    acls = [AclBinding(A.TOPIC, f"team-{i}-", A.PREFIXED, f"User:team-{i}", "*", A.WRITE, A.ALLOW) for i in range(n)]
+    if n:
+        acls += [AclBinding(A.TOPIC, "*", A.LITERAL, "User:ANONYMOUS", "*", A.ALL, A.ALLOW),
+                 AclBinding(A.GROUP, "*", A.LITERAL, "User:ANONYMOUS", "*", A.ALL, A.ALLOW),
+                 AclBinding(A.CLUSTER, A.CLUSTER_NAME, A.LITERAL, "User:ANONYMOUS", "*", A.ALL, A.ALLOW)]
+    AclStore(str(log_dir)).change(add=acls)
 
 
 def start_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerProc:
