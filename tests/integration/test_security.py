@@ -489,6 +489,15 @@ def _produce_error(conf, topic):
     return None if out[0] is None else out[0].code()
 
 
+def _send(producer, topic):
+    """The delivery error code of one record sent by a producer kept open (None when
+    delivered): its connection stays, and so does what the broker remembers of it."""
+    out = []
+    producer.produce(topic, b"x", on_delivery=lambda e, m: out.append(e))
+    producer.flush(15)
+    return None if out[0] is None else out[0].code()
+
+
 def _consume_error(conf, topic, group):
     """Subscribe and poll: the first error code, or None once a record arrives."""
     from confluent_kafka import Consumer
@@ -545,6 +554,12 @@ def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
         assert _produce_error(alice, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
         allow(ResourceType.TOPIC, topic, AclOperation.WRITE)
         assert _produce_error(alice, topic) is None  # applies at once
+        # a producer that stays connected: its writes are remembered as allowed (and
+        # answered by the compiled lane) until the ACLs change, checked further down
+        from confluent_kafka import Producer
+
+        kept = Producer({**alice, "message.timeout.ms": 8000, "retries": 0})
+        assert [_send(kept, topic) for _ in range(3)] == [None] * 3
         # READ on the topic but not on the group
         allow(ResourceType.TOPIC, topic, AclOperation.READ)
         assert _consume_error(alice, topic, "app-1") == KafkaError.GROUP_AUTHORIZATION_FAILED
@@ -577,6 +592,7 @@ def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
         # DENY wins over ALLOW, for User:* too
         allow(ResourceType.TOPIC, topic, AclOperation.WRITE, perm=AclPermissionType.DENY, principal="User:*")
         assert _produce_error(alice, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert _send(kept, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # on its open connection too
         # kafka-python's admin client lists and deletes them
         from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, KafkaAdminClient
         from kafka.admin import ResourcePatternFilter, ResourceType as KRT, ACLResourcePatternType
@@ -596,6 +612,10 @@ def test_acls_apply_at_once_persist_and_deny_wins(tmp_path):
         assert len(deleted[0][1]) == 1
         kp.close()
         assert _produce_error(alice, topic) is None
+        # (librdkafka holds a topic refused on produce as failed until its metadata is read again)
+        assert kept.list_topics(topic, timeout=10).topics[topic].error is None
+        assert _send(kept, topic) is None
+        kept.flush(5)
         # ACLs are durable: SIGKILL, restart, same answers
         b.kill()
         b.start()
