@@ -271,6 +271,11 @@ class GroupCoordinator:
         self.max_metadata_size = max_metadata_size
         self.group_max_size = group_max_size
         self.groups: dict[str, ClassicGroup] = {}
+        # producer id -> ids of the groups holding offsets it committed in a transaction
+        # not yet ended (Kafka's GroupMetadataManager.openGroupsForProducer): a marker
+        # visits those groups, not every group. It may name a group that no longer holds
+        # any (deleted, or its offsets completed through another marker's partition).
+        self._txn_groups: dict[int, set[str]] = {}
         self.loaded = True
         # the handlers do not see the connection: Kafka reports "/<client ip>"
         self.client_host = "/127.0.0.1"
@@ -1050,6 +1055,7 @@ class GroupCoordinator:
                     log.error("could not store transactional offsets of group %s: %s", group_id, exc)
                 return {k: (int(code) if k in accepted else v) for k, v in results.items()}
             g.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+            self._txn_groups.setdefault(producer_id, set()).add(group_id)
         return results
 
     def complete_txn(self, producer_id: int, commit: bool, offsets_partition: int | None = None,
@@ -1061,11 +1067,16 @@ class GroupCoordinator:
         from broker.coordinator.records import partition_for
 
         applied = 0
-        for gid, g in list(self.groups.items()):
-            pending = g.pending_txn_offsets.get(producer_id)
-            if pending is None:
-                continue
+        gids = self._txn_groups.get(producer_id)
+        if not gids:
+            return 0
+        for gid in list(gids):
             if offsets_partition is not None and num_partitions and partition_for(gid, num_partitions) != offsets_partition:
+                continue
+            gids.discard(gid)
+            g = self.groups.get(gid)
+            pending = None if g is None else g.pending_txn_offsets.get(producer_id)
+            if pending is None:
                 continue
             del g.pending_txn_offsets[producer_id]
             if not commit:
@@ -1077,6 +1088,8 @@ class GroupCoordinator:
                 elif cur is None or cur.record_offset < e.record_offset or e.record_offset < 0:
                     g.offsets[k] = e
                     applied += 1
+        if not gids:
+            del self._txn_groups[producer_id]
         return applied
 
     def subscribed_topics(self, g: ClassicGroup) -> set[str] | None:
@@ -1223,6 +1236,7 @@ class GroupCoordinator:
                 g = self.groups[group_id] = ClassicGroup(group_id, self._now())
             g.pending_txn_offsets.setdefault(producer_id, {})[(topic, partition)] = None if value is None else \
                 OffsetEntry(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, record_offset)
+            self._txn_groups.setdefault(producer_id, set()).add(group_id)
             return
         if value is None:
             if g is not None:

@@ -363,3 +363,51 @@ def test_state_lives_in_transaction_state_partitions(broker):
     part = broker.txn.store.partition_for("placed")
     assert broker.lm.get_log(TXN_STATE_TOPIC, part).log_end_offset == 2  # Empty, then Ongoing
 
+
+
+def test_a_marker_completes_the_offsets_of_its_producer_in_every_group_and_no_other(broker):
+    """A transaction's offsets in several groups (on different ``__consumer_offsets``
+    partitions) are committed by its markers, each group's by the marker on its own
+    partition; another producer's pending offsets stay pending, as do the groups that
+    never heard of either. The coordinator finds the groups through the producer
+    (Kafka's openGroupsForProducer), not by visiting every group."""
+    broker.topic("in", 1)
+    store = broker.groups.store
+    a = "g"
+    b = next(f"g{i}" for i in range(1000) if store.partition_for(f"g{i}") != store.partition_for(a))
+    bystanders = [f"idle-{i}" for i in range(50)]
+    for gid in bystanders:
+        assert broker.groups.commit_offsets(group_id=gid, generation_id=-1, member_id="", group_instance_id=None,
+                                            version=8, offsets=[("in", 0, 1, -1, "", None)]) == {("in", 0): 0}
+    parts = sorted({store.partition_for(a), store.partition_for(b), store.partition_for("other")})
+    pid, epoch = begin(broker, parts=[("__consumer_offsets", p) for p in parts])
+    other_pid, other_epoch = begin(broker, tid="tx2", parts=[("__consumer_offsets", store.partition_for("other"))])
+    for gid, offset in ((a, 10), (b, 20)):
+        assert broker.groups.txn_commit_offsets(group_id=gid, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+                                                member_id="", group_instance_id=None,
+                                                offsets=[("in", 0, offset, -1, "", None)]) == {("in", 0): 0}
+    assert broker.groups.txn_commit_offsets(group_id="other", producer_id=other_pid, producer_epoch=other_epoch,
+                                            generation_id=-1, member_id="", group_instance_id=None,
+                                            offsets=[("in", 0, 30, -1, "", None)]) == {("in", 0): 0}
+    visited = []
+    real_get = broker.groups.groups.get
+
+    class Counting(dict):
+        def get(self, key, default=None):
+            visited.append(key)
+            return real_get(key, default)
+
+    groups = broker.groups.groups
+    broker.groups.groups = Counting(groups)
+    try:
+        assert broker.txn.end_txn("tx", pid, epoch, True)[0] == 0
+    finally:
+        broker.groups.groups = groups
+    assert set(visited) == {a, b}  # none of the bystanders, not the other producer's group
+    stable = lambda gid: broker.groups.fetch_offsets(gid, [("in", 0)], require_stable=True)[1][0]  # noqa: E731
+    assert stable(a)[2] == 10 and stable(b)[2] == 20
+    assert stable("other")[5] == E.UNSTABLE_OFFSET_COMMIT  # still its own transaction's
+    assert all(stable(gid)[2] == 1 for gid in bystanders)
+    assert broker.txn.end_txn("tx2", other_pid, other_epoch, False)[0] == 0  # aborted: dropped
+    assert stable("other")[2] == -1 and stable("other")[5] == 0
+    assert broker.groups._txn_groups == {}
