@@ -43,7 +43,8 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from storage.errors import (
     InvalidPartitionsError,
@@ -527,6 +528,11 @@ class LogManager:
     def topic_names_by_id(self) -> dict[uuid.UUID, str]:
         """Every topic's name by its id (a copy)."""
         return dict(self._topics.by_id)
+
+    def topic_names_view(self) -> Mapping[uuid.UUID, str]:
+        """Every topic's name by its id, read-only and live (no copy: what a request
+        looks a few ids up in, on a broker of many topics)."""
+        return MappingProxyType(self._topics.by_id)
 
     def validate_new_topic(self, name: str, partitions: int,
                            configs: dict[str, str] | None = None) -> TopicInfo:

@@ -38,7 +38,7 @@ def resolve_partitions(ctx, session, topics, api: str):
     """The partitions of a ShareFetch or ShareAcknowledge: ({topic id: name},
     {(tid, p): (error, message)} for unknown ids (UNKNOWN_TOPIC_ID) and topics without
     READ (TOPIC_AUTHORIZATION_FAILED), [(tid, partition struct)] for the rest)."""
-    names = ctx.log_manager.topic_names_by_id()
+    names = ctx.log_manager.topic_names_view()
     denied = ctx.unauthorized(session, A.READ, A.TOPIC, [names[t.topic_id] for t in topics if t.topic_id in names],
                               api)
     refused, ok = {}, []

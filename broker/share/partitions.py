@@ -95,9 +95,9 @@ class SharePartitionManager:
         self._gone_archived = 0
 
     # ------------------------------------------------------------------ names
-    def _names(self) -> dict:
-        """{topic id: topic name}, built once per request."""
-        return {info.topic_id: name for name, info in self.lm.topics().items()}
+    def _names(self):
+        """{topic id: topic name} (the log manager's live view, not a copy of every topic)."""
+        return self.lm.topic_names_view()
 
     def _config(self, group_id: str) -> dict:
         return self.group_config(group_id)

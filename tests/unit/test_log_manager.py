@@ -122,9 +122,11 @@ def test_topic_names_by_id_follow_creation_growth_deletion_and_restart(tmp_path)
     beside the topics: it must agree with a pass over them after every change."""
     m = manager([tmp_path])
 
+    view = m.topic_names_view()  # live: taken once, it follows every change below
+
     def agrees():
         want = {info.topic_id: name for name, info in m.topics().items()}
-        assert m.topic_names_by_id() == want
+        assert m.topic_names_by_id() == want == dict(view)
         for tid, name in want.items():
             assert m.topic_name(tid) == name
         return want
@@ -138,10 +140,14 @@ def test_topic_names_by_id_follow_creation_growth_deletion_and_restart(tmp_path)
     assert m.topic_name(a) is None
     again = m.create_topic("a", 1).topic_id  # the same name, a new id
     assert again != a and m.topic_name(again) == "a" and m.topic_name(a) is None
+    assert view.get(again) == "a" and a not in view
+    with pytest.raises(TypeError):
+        view[a] = "a"  # read-only
     m.set_topic_config("a", {"segment.bytes": "5000"})
     assert agrees() == {again: "a", b: "b"}
     m.shutdown()
     m = manager([tmp_path])
+    view = m.topic_names_view()
     assert agrees() == {again: "a", b: "b"}
     assert m.topic_name(uuid.uuid4()) is None
     with pytest.raises(TypeError):
