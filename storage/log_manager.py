@@ -95,15 +95,19 @@ class TopicInfo:
 class _TopicTable(dict):
     """The topics by name, with the names by topic id kept beside them (a Fetch v13+ or
     ConsumerGroupDescribe names its topics by id: a lookup, not a pass over every topic).
-    Changed only by item assignment, ``del``, ``pop`` and ``clear``."""
+    Changed only by item assignment, ``del``, ``pop`` and ``clear``; ``version`` counts
+    those changes, and a TopicInfo's partition count changed in place
+    (``create_partitions``): what a cache of something computed over the topics checks."""
 
-    __slots__ = ("by_id",)
+    __slots__ = ("by_id", "version")
 
     def __init__(self):
         super().__init__()
         self.by_id: dict[uuid.UUID, str] = {}
+        self.version = 0
 
     def __setitem__(self, name: str, info: TopicInfo) -> None:
+        self.version += 1
         old = self.get(name)
         if old is not None and self.by_id.get(old.topic_id) == name:
             del self.by_id[old.topic_id]
@@ -111,6 +115,7 @@ class _TopicTable(dict):
         self.by_id[info.topic_id] = name
 
     def __delitem__(self, name: str) -> None:
+        self.version += 1
         info = self[name]
         super().__delitem__(name)
         if self.by_id.get(info.topic_id) == name:
@@ -124,6 +129,7 @@ class _TopicTable(dict):
         return super().pop(name, *default)
 
     def clear(self) -> None:
+        self.version += 1
         super().clear()
         self.by_id.clear()
 
@@ -528,6 +534,12 @@ class LogManager:
     def topic_names_by_id(self) -> dict[uuid.UUID, str]:
         """Every topic's name by its id (a copy)."""
         return dict(self._topics.by_id)
+
+    def topics_version(self) -> int:
+        """A number that changes whenever a topic is created, deleted, replaced or given
+        more partitions: equal numbers mean the same topics with the same partition
+        counts (a cache over every topic checks it)."""
+        return self._topics.version
 
     def topic_names_view(self) -> Mapping[uuid.UUID, str]:
         """Every topic's name by its id, read-only and live (no copy: what a request
@@ -1060,6 +1072,7 @@ class LogManager:
                 self._logs[(name, p)] = log
                 created.append(log)
             info.num_partitions = new_total
+            self._topics.version += 1  # changed in place (not through the table's item assignment)
             self._write_metadata()
         except BaseException:
             info.num_partitions = current

@@ -29,11 +29,12 @@ the committed offsets of both kinds of group.
   (epoch -1) commit only while the group is empty.
 
 Regular-expression subscriptions (SubscribedTopicRegex, v1): the topics whose whole
-name matches (Python's ``re``, which agrees with Kafka's RE2/J for the patterns clients
-send), internal topics excluded. A regex new to the group is resolved asynchronously, as
-Kafka does (literal topics are assigned first, the matched ones after the resolution
-bumps the group epoch); a topic created later that matches joins the subscription at
-the next heartbeat. An empty regex clears it; one that does not compile is
+name matches (RE2, as Kafka's RE2/J: broker.coordinator.regex), internal topics
+excluded. A regex new to the group is resolved asynchronously, as Kafka does (literal
+topics are assigned first, the matched ones after the resolution bumps the group epoch);
+a topic created later that matches joins the subscription at the next heartbeat. What a
+regex matches is kept until the topics change (ConsumerGroups._matching), not matched
+again at each heartbeat. An empty regex clears it; one that does not compile is
 INVALID_REGULAR_EXPRESSION.
 
 Members of the classic protocol inside a consumer group, and the online upgrade and
@@ -120,6 +121,9 @@ class ConsumerGroup(ClassicGroup):
         self.subscription_metadata: dict[str, tuple] = {}  # topic -> (topic id, partitions)
         self.resolved_regexes: set[str] = set()   # regex subscriptions resolved for this group
         self.resolving_regexes: set[str] = set()
+        # (topics version, distinct subscriptions, subscription metadata) last made
+        # (ConsumerGroups._subscription_metadata)
+        self.metadata_made: tuple | None = None
 
     @property
     def state(self) -> str:
@@ -224,18 +228,25 @@ def _range(members: dict, topics: dict, current: dict) -> dict:
 
 
 ASSIGNORS = {"uniform": _uniform, "range": _range}
+# regexes whose matched topics are kept (ConsumerGroups._matching); past it they start again
+_MATCHED_MAX = 1000
 
 
 # ----------------------------------------------------------------------------- the protocol
 class ConsumerGroups:
     """The KIP-848 side of a GroupCoordinator (``coord``)."""
 
-    def __init__(self, coord, *, topic_metadata, topic_names=None, assignors=("uniform", "range"),
-                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000, max_size: int = 2**31 - 1,
-                 group_config=None, migration_policy: str = "bidirectional"):
+    def __init__(self, coord, *, topic_metadata, topic_names=None, topics_version=None,
+                 assignors=("uniform", "range"), session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000,
+                 max_size: int = 2**31 - 1, group_config=None, migration_policy: str = "bidirectional"):
         self.coord = coord
         # the topic names regex subscriptions are matched against (internal ones left out)
         self.topic_names = topic_names or (lambda: [])
+        # a number that changes whenever the topics do (LogManager.topics_version), or None:
+        # what a regex matched is kept until it changes (_matching), instead of being
+        # matched against every topic at every heartbeat of every member
+        self.topics_version = topics_version
+        self._matched: dict[str, tuple[int, frozenset]] = {}
         # topic name -> (topic id, partitions) or None; topic id -> name via topic_names
         self.topic_metadata = topic_metadata
         self.assignors = list(assignors)
@@ -324,8 +335,9 @@ class ConsumerGroups:
         """The member's topics: its names and the topics its regex matches. As in Kafka, a
         regex new to the group is resolved asynchronously: until then it matches
         nothing, and its resolution bumps the group epoch (so literal topics are
-        assigned at once, the matched ones a heartbeat later). A resolved regex is matched
-        again at every heartbeat, so topics created later join the subscription."""
+        assigned at once, the matched ones a heartbeat later). A resolved regex's topics
+        are those it matches now (:meth:`_matching`), so topics created later join the
+        subscription at the next heartbeat."""
         topics = set(m.subscribed_topic_names)
         regex = m.subscribed_topic_regex
         if regex:
@@ -333,10 +345,26 @@ class ConsumerGroups:
                 self._resolve_later(g, regex)
                 return topics
             try:
-                pattern = compile_client_regex(regex)
+                topics.update(self._matching(regex))
             except ClientRegexError:
                 return topics
-            topics.update(t for t in self.topic_names() if pattern.fullmatch(t))
+        return topics
+
+    def _matching(self, regex: str) -> frozenset:
+        """The topics ``regex`` matches, matched once for each state of the topics (while
+        ``topics_version`` gives the same number) and shared by every member and group
+        subscribing with it: Kafka too resolves a regex when the topics change, not at
+        every heartbeat. Raises ClientRegexError for one that does not compile."""
+        version = self.topics_version() if self.topics_version is not None else None
+        kept = self._matched.get(regex)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        pattern = compile_client_regex(regex)
+        topics = frozenset(t for t in self.topic_names() if pattern.fullmatch(t))
+        if version is not None:
+            if len(self._matched) >= _MATCHED_MAX:
+                self._matched.clear()
+            self._matched[regex] = (version, topics)
         return topics
 
     @staticmethod
@@ -365,14 +393,32 @@ class ConsumerGroups:
         self.coord.scheduler.call_later(0, resolved)
 
     def _subscription_metadata(self, g: ConsumerGroup) -> dict:
-        names = set()
+        """{topic: (topic id, partitions)} of the topics the members subscribe to, asked
+        at every heartbeat to see whether they changed. Computed from each distinct
+        subscription once (the members of a group mostly share one), and made again
+        only when those subscriptions or the topics (``topics_version``) changed: else
+        the dict made before."""
+        distinct = {}
         for m in g.members.values():
+            regex = m.subscribed_topic_regex
+            key = (tuple(m.subscribed_topic_names), regex if regex in g.resolved_regexes else None,
+                   regex if regex and regex not in g.resolved_regexes else None)
+            if key not in distinct:
+                distinct[key] = m
+        version = self.topics_version() if self.topics_version is not None else None
+        made = g.metadata_made
+        if version is not None and made is not None and made[0] == version and made[1] == distinct.keys():
+            return made[2]
+        names = set()
+        for m in distinct.values():
             names.update(self.subscribed(m, g))
         out = {}
         for name in sorted(names):
             md = self.topic_metadata(name)
             if md is not None:
                 out[name] = md
+        if version is not None:
+            g.metadata_made = (version, frozenset(distinct), out)
         return out
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
@@ -540,7 +586,7 @@ class ConsumerGroups:
         if new_member or before != after:
             records.append(self._member_record(g, member))
         metadata = self._subscription_metadata(g)
-        if metadata != g.subscription_metadata:
+        if metadata is not g.subscription_metadata and metadata != g.subscription_metadata:
             g.subscription_metadata = metadata
             bump = True
         if bump:

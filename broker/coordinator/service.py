@@ -40,6 +40,7 @@ def start_group_coordinator(ctx) -> GroupCoordinator:
         consumer_groups=dict(
             topic_metadata=topic_metadata,
             topic_names=lambda: [t for t in lm.topics() if t not in INTERNAL_TOPICS],
+            topics_version=lm.topics_version,
             assignors=assignor_names(getattr(cfg, "group_consumer_assignors", None) or ["uniform", "range"]),
             session_timeout_ms=int(cfg.group_consumer_session_timeout_ms),
             heartbeat_interval_ms=int(cfg.group_consumer_heartbeat_interval_ms),

@@ -170,6 +170,61 @@ def test_regex_subscription_follows_new_topics(env):
     assert e == epoch + 1 and a == {T1: {0, 1, 2, 3}, T2: {0, 1}, t3: {0}}
 
 
+def test_a_regex_is_matched_once_per_state_of_the_topics(tmp_path):
+    """With topics_version (the log manager's), what a regex matches is kept until the
+    topics change: steady heartbeats of many members match nothing again, and the
+    group's subscription metadata is not made again; a matching topic created, or
+    partitions added to a subscribed one, reach the next heartbeat, as without it."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    t = ManualTime()
+    topics = {f"x{i}": (uuid.UUID(int=100 + i), 1) for i in range(50)}
+    topics["t"], topics["u"] = (T1, 4), (T2, 2)
+    version = [0]
+    listed = []
+
+    def names():
+        listed.append(1)
+        return sorted(topics)
+
+    coord = GroupCoordinator(clock=t, scheduler=t, store=RecordStore(), future_factory=loop.create_future,
+                             topic_partitions=lambda n: (topics.get(n) or (0, None))[1],
+                             consumer_groups=dict(topic_metadata=topics.get, topic_names=names,
+                                                  topics_version=lambda: version[0], session_timeout_ms=60000,
+                                                  heartbeat_interval_ms=100, max_size=50))
+    try:
+        members = [f"m{i}" for i in range(10)]
+        epochs = {}
+        for m in members:
+            epochs[m] = ok(hb(coord, m, 0, [], regex="^(t|u|v)$"))[0]
+        t.advance(0)  # resolved
+        g = coord.group("g")
+        state = {m: (epochs[m], {}) for m in members}
+        for _ in range(4):  # to a steady state
+            for m in members:
+                e, a = ok(hb(coord, m, state[m][0], owned=state[m][1]))
+                state[m] = (e, a if a is not None else state[m][1])
+        assert g.state == "Stable" and set(g.subscription_metadata) == {"t", "u"}
+        made, matched = g.metadata_made, len(listed)
+        for _ in range(3):
+            for m in members:
+                ok(hb(coord, m, state[m][0], owned=state[m][1]))
+        assert len(listed) == matched and g.metadata_made is made  # nothing matched or made again
+        t3 = uuid.UUID(int=3)
+        topics["v"] = (t3, 1)
+        version[0] += 1  # a matching topic is created
+        epoch = g.group_epoch
+        ok(hb(coord, members[0], state[members[0]][0], owned=state[members[0]][1]))
+        assert len(listed) == matched + 1 and g.group_epoch == epoch + 1 and "v" in g.subscription_metadata
+        topics["t"] = (T1, 6)
+        version[0] += 1  # partitions added
+        ok(hb(coord, members[1], state[members[1]][0], owned=None))
+        assert g.group_epoch == epoch + 2 and g.subscription_metadata["t"] == (T1, 6)
+    finally:
+        loop.close()
+
+
 def test_regex_is_matched_in_linear_time(env):
     """A backtracking matcher takes about 2**n steps for (a+)+b against n a's: with a
     topic name of 200 a's the heartbeat below would never return. RE2 matches in time

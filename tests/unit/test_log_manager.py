@@ -131,12 +131,18 @@ def test_topic_names_by_id_follow_creation_growth_deletion_and_restart(tmp_path)
             assert m.topic_name(tid) == name
         return want
 
+    versions = [m.topics_version()]
     a = m.create_topic("a", 1).topic_id
     b = m.create_topic("b", 2).topic_id
+    versions.append(m.topics_version())
     agrees()
     m.create_partitions("b", 4)  # a new TopicInfo, the same id
+    versions.append(m.topics_version())
     assert m.topic_name(b) == "b" and m.get_topic("b").num_partitions == 4
     m.delete_topic("a")
+    versions.append(m.topics_version())
+    assert len(set(versions)) == len(versions)  # each change a new number
+    assert m.topics_version() == versions[-1]  # and none without one
     assert m.topic_name(a) is None
     again = m.create_topic("a", 1).topic_id  # the same name, a new id
     assert again != a and m.topic_name(again) == "a" and m.topic_name(a) is None
