@@ -295,8 +295,8 @@ static PyTypeObject LaneType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Lane(decode, request_table, common, not_common, logs, waiters, notify, clock_ms, produced, "
               "request_done, encode, response_table, encode_python, min_version, max_version, max_frame, coalesce)"
-              "\n\nlane(view, start, end, out, writable) -> int | (after, header, request, outcome, now_ms, tally, started): "
-              "consecutive Produce frames of a connection's buffer answered (see broker/_lane.c)",
+              "\n\nlane(view, start, end, out, writable) -> int | (after, header, request, outcome, now_ms, tally, "
+              "started): consecutive Produce frames of a connection's buffer answered (see broker/_lane.c)",
     .tp_new = lane_new,
     .tp_traverse = (traverseproc)lane_traverse,
     .tp_clear = (inquiry)lane_clear,

@@ -290,7 +290,8 @@ class Dispatcher:
 
         ctx, metrics = self.ctx, self.metrics
         if (_lane is None or produce.COMMON is None or _decode_request is None
-                or codec._encode_response_compiled is None or ctx.log_manager is None or SUPPORTED[0][2] is not produce.handle):
+                or codec._encode_response_compiled is None or ctx.log_manager is None
+                or SUPPORTED[0][2] is not produce.handle):
             return None
         self._lane_entry = SUPPORTED[0]  # what the lane is the compiled form of
         lo, hi, _handler = self._lane_entry

@@ -228,8 +228,10 @@ def _range(members: dict, topics: dict, current: dict) -> dict:
 
 
 ASSIGNORS = {"uniform": _uniform, "range": _range}
-# regexes whose matched topics are kept (ConsumerGroups._matching); past it they start again
+# regexes whose matched topics are kept (ConsumerGroups._matching), and the names kept
+# over all of them; past either they start again
 _MATCHED_MAX = 1000
+_MATCHED_NAMES_MAX = 1_000_000
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -247,6 +249,7 @@ class ConsumerGroups:
         # matched against every topic at every heartbeat of every member
         self.topics_version = topics_version
         self._matched: dict[str, tuple[int, frozenset]] = {}
+        self._matched_names = 0
         # topic name -> (topic id, partitions) or None; topic id -> name via topic_names
         self.topic_metadata = topic_metadata
         self.assignors = list(assignors)
@@ -362,8 +365,11 @@ class ConsumerGroups:
         pattern = compile_client_regex(regex)
         topics = frozenset(t for t in self.topic_names() if pattern.fullmatch(t))
         if version is not None:
-            if len(self._matched) >= _MATCHED_MAX:
+            if len(self._matched) >= _MATCHED_MAX or self._matched_names + len(topics) > _MATCHED_NAMES_MAX:
                 self._matched.clear()
+                self._matched_names = 0
+            old = self._matched.get(regex)
+            self._matched_names += len(topics) - (len(old[1]) if old is not None else 0)
             self._matched[regex] = (version, topics)
         return topics
 
