@@ -19,21 +19,27 @@ Two kinds of metrics:
   ``kafka_consumergroup_lag_seconds``, log size / segment count per partition, and the
   total and usable bytes of each log dir's file system.
 
-The endpoint is an asyncio server on the broker's event loop, so the collector reads
-storage from the thread that owns it (no locking, no torn reads of a segment list while
-retention deletes segments). A scrape costs one pass over the partitions and groups and,
-per lagging group-partition, one read of the batch holding the committed offset (cached
-by (topic, partition, offset) from one scrape to the next).
+The endpoint is an asyncio server on the broker's event loop; each scrape runs in a
+worker thread beside it, since with thousands of partitions it takes a quarter of a
+second (about a third collecting, the rest prometheus_client's text) that would
+otherwise stall every client. The collectors read only values that a read sees whole
+(copies of the log and topic tables and of a log's segment list, offsets, sizes): a
+scrape is a moment's view, as Kafka's own metrics are. The one read of records, per
+lagging group-partition the batch holding the committed offset (cached by (topic,
+partition, offset) from one scrape to the next), is handed to the event loop, where every
+other read and append of the logs happens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import struct
 import time
 
 from bisect import bisect_left
+from functools import partial
 from typing import Callable
 
 from prometheus_client import CollectorRegistry
@@ -739,6 +745,18 @@ class CleanerCollector:
         ]
 
 
+def _timestamps_at(wanted: dict) -> dict:
+    """{key: record_timestamp_at(log, offset) or None} for ``wanted`` {key: (log, offset)}."""
+    out = {}
+    for key, (plog, at) in wanted.items():
+        try:
+            out[key] = record_timestamp_at(plog, at)
+        except Exception as exc:
+            log.debug("no timestamp at %s-%d offset %d: %s", key[0], key[1], at, exc)
+            out[key] = None
+    return out
+
+
 def record_timestamp_at(plog, offset: int) -> int | None:
     """Timestamp of the record at ``offset`` (the first record at or after it), read
     through the log: the batch holding it, decoded only when the offset is not the
@@ -783,6 +801,32 @@ class BrokerStateCollector:
         self.coordinator_getter = coordinator_getter
         self.clock = clock
         self._ts_cache: dict[tuple[str, int, int], int | None] = {}
+        # the event loop the broker's logs belong to (None: none runs where this was made):
+        # a scrape runs in a worker thread (MetricsServer), and reads records of the logs
+        # only on the loop, where every other read and append of them happens
+        self.loop = asyncio._get_running_loop()
+
+    def _on_loop(self, fn):
+        """fn() run on the broker's event loop, waited for from a scrape's thread; called
+        at once when there is no loop or this is its thread."""
+        loop = self.loop
+        if loop is None or asyncio._get_running_loop() is loop or loop.is_closed():
+            return fn()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run():
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                    done.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        try:
+            return done.result(timeout=10)
+        except concurrent.futures.TimeoutError:
+            done.cancel()
+            raise
 
     def describe(self):
         return []  # collected on demand only: no scrape at registration
@@ -860,6 +904,8 @@ class BrokerStateCollector:
             segments.add_metric(labels, len(segs))
         coord = self.coordinator_getter()
         cache, new_cache = self._ts_cache, {}
+        to_read: dict = {}  # (topic, partition, offset) -> (log, offset): timestamps not known yet
+        lagging: list = []  # (labels, key) of each lag in seconds, once its timestamp is known
         if coord is not None:
             for gid, g in sorted(coord.groups.items()):
                 if getattr(g, "state", None) == "Dead":
@@ -885,23 +931,22 @@ class BrokerStateCollector:
                         continue
                     at = max(committed, plog.log_start_offset)
                     key = (t, p, at)
-                    if key in new_cache:
-                        ts = new_cache[key]
-                    elif key in cache:
-                        ts = new_cache[key] = cache[key]
-                    else:
-                        try:
-                            ts = record_timestamp_at(plog, at)
-                        except Exception as exc:
-                            log.debug("no timestamp at %s-%d offset %d: %s", t, p, at, exc)
-                            ts = None
-                        new_cache[key] = ts
-                    if ts is not None:
-                        g_lag_s.add_metric(labels, max(0.0, (now_ms - ts) / 1000.0))
+                    if key not in new_cache:
+                        if key in cache:
+                            new_cache[key] = cache[key]
+                        else:
+                            to_read[key] = (plog, at)
+                    lagging.append((labels, key))
                 for t, (cur_sum, lag_sum, has_lag) in sorted(sums.items()):
                     g_current_sum.add_metric([gid, t], cur_sum)
                     if has_lag:
                         g_lag_sum.add_metric([gid, t], lag_sum)
+        if to_read:
+            new_cache.update(self._on_loop(partial(_timestamps_at, to_read)))
+        for labels, key in lagging:
+            ts = new_cache.get(key)
+            if ts is not None:
+                g_lag_s.add_metric(labels, max(0.0, (now_ms - ts) / 1000.0))
         self._ts_cache = new_cache
         return [brokers, partitions, current, oldest, size, segments, dir_total, dir_usable, open_files, reopens,
                 g_current, g_current_sum, g_lag, g_lag_sum, g_lag_s, g_members]
@@ -946,7 +991,12 @@ class MetricsServer:
             elif path == "/metrics":
                 started = time.perf_counter()
                 try:
-                    body = self.metrics.exposition()
+                    # in a worker thread: with thousands of partitions a scrape takes a
+                    # quarter of a second (the collectors, then prometheus_client's text),
+                    # which on the loop would stall every client that long; the thread gives
+                    # the loop the GIL back every switch interval. The collectors read the
+                    # broker's state as it is meanwhile (a log closing under them is skipped)
+                    body = await asyncio.get_running_loop().run_in_executor(None, self.metrics.exposition)
                     status, ctype = "200 OK", CONTENT_TYPE_LATEST
                 except Exception:
                     log.exception("metrics scrape failed")

@@ -4,6 +4,7 @@ endpoint, and the no-op path (metrics.port=0)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -210,6 +211,37 @@ def test_scrape_time_gauges(tmp_path):
     assert set(m.state_collector._ts_cache) == {("t", 0, 1), ("t", 0, 3), ("t", 0, 0)}
 
 
+def test_a_scrape_in_a_thread_reads_records_on_the_loop(tmp_path, monkeypatch):
+    """The scrape's thread hands the reads of records (the timestamps of lag in seconds)
+    to the event loop the collector was made on, and gets the same values as a scrape
+    on the loop."""
+    import threading
+
+    from broker import metrics as metrics_mod
+
+    readers = []
+    real = metrics_mod.record_timestamp_at
+
+    def reading(plog, offset):
+        readers.append(threading.get_ident())
+        return real(plog, offset)
+
+    monkeypatch.setattr(metrics_mod, "record_timestamp_at", reading)
+
+    async def run():
+        clock, lm, coord, m = _state(tmp_path)  # made on the loop: the collector knows it
+        for g, off in (("mid", 1), ("start", 3)):
+            _commit(coord, g, ("t", 0), off)
+        text = await asyncio.get_running_loop().run_in_executor(None, m.exposition)
+        return text, lm
+
+    text, lm = asyncio.run(run())
+    assert readers and set(readers) == {threading.get_ident()}  # this thread ran the loop
+    lines = text.decode().splitlines()
+    assert 'kafka_consumergroup_lag_seconds{consumergroup="mid",partition="0",topic="t"} 8.0' in lines
+    assert 'kafka_consumergroup_lag_seconds{consumergroup="start",partition="0",topic="t"} 3.0' in lines
+
+
 def test_record_timestamp_at(tmp_path):
     _clock, lm, _coord, _m = _state(tmp_path)
     plog = lm.get_log("t", 0)
@@ -241,6 +273,47 @@ def test_metrics_server_serves_metrics_and_404(tmp_path):
     assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b'chronolog_requests_total{api="Produce"} 1.0' in ok
     assert missing.startswith(b"HTTP/1.1 404")
+
+
+def test_a_scrape_leaves_the_event_loop_free(tmp_path):
+    """A scrape of a broker with thousands of partitions takes a quarter of a second;
+    it runs beside the event loop, not on it. A collector here waits for the loop to
+    run a callback scheduled once the scrape has begun: on the loop it would wait in
+    vain (the loop is the one waiting), beside it the loop runs the callback at once."""
+    import threading
+
+    m = BrokerMetrics(process_metrics=False)
+    began, loop_ran = threading.Event(), threading.Event()
+
+    class WaitsForTheLoop:
+        def describe(self):
+            return []
+
+        def collect(self):
+            began.set()
+            loop_ran.wait(5)
+            return []
+
+    m.registry.register(WaitsForTheLoop())
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        srv = MetricsServer(m, "127.0.0.1", 0)
+        assert await srv.start()
+        r, w = await asyncio.open_connection("127.0.0.1", srv.port)
+        w.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        while not began.is_set():
+            await asyncio.sleep(0.001)
+        loop.call_soon(loop_ran.set)
+        answer = await r.read()
+        w.close()
+        srv.server.close()
+        return answer
+
+    started = time.monotonic()
+    answer = asyncio.run(run())
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and loop_ran.is_set()
+    assert time.monotonic() - started < 4  # the collector did not wait out its 5 s
 
 
 def test_port_in_use_is_logged_not_fatal(caplog):
