@@ -745,6 +745,14 @@ class CleanerCollector:
         ]
 
 
+def _running_loop():
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _timestamps_at(wanted: dict) -> dict:
     """{key: record_timestamp_at(log, offset) or None} for ``wanted`` {key: (log, offset)}."""
     out = {}
@@ -804,13 +812,13 @@ class BrokerStateCollector:
         # the event loop the broker's logs belong to (None: none runs where this was made):
         # a scrape runs in a worker thread (MetricsServer), and reads records of the logs
         # only on the loop, where every other read and append of them happens
-        self.loop = asyncio._get_running_loop()
+        self.loop = _running_loop()
 
     def _on_loop(self, fn):
         """fn() run on the broker's event loop, waited for from a scrape's thread; called
         at once when there is no loop or this is its thread."""
         loop = self.loop
-        if loop is None or asyncio._get_running_loop() is loop or loop.is_closed():
+        if loop is None or _running_loop() is loop or loop.is_closed():
             return fn()
         done: concurrent.futures.Future = concurrent.futures.Future()
 
