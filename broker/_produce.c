@@ -341,8 +341,9 @@ static PyObject *items_of(PyObject *topic_data, PyObject *writable, PyObject *co
         }
         Py_DECREF(pd);
         int allowed = writable == Py_None ? 1 : PySet_Contains(writable, name);
-        if (allowed != 1) {
-            *common = allowed == 0 ? 0 : 1;
+        if (allowed != 1) {  /* 0: not the compiled path's; -1: an error set */
+            if (allowed == 0)
+                *common = 0;
             Py_DECREF(name);
             Py_DECREF(parts);
             goto fail;

@@ -407,8 +407,7 @@ class ConsumerGroups:
         distinct = {}
         for m in g.members.values():
             regex = m.subscribed_topic_regex
-            key = (tuple(m.subscribed_topic_names), regex if regex in g.resolved_regexes else None,
-                   regex if regex and regex not in g.resolved_regexes else None)
+            key = (tuple(m.subscribed_topic_names), regex, regex in g.resolved_regexes)
             if key not in distinct:
                 distinct[key] = m
         version = self.topics_version() if self.topics_version is not None else None
