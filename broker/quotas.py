@@ -96,6 +96,75 @@ def decode_entity(text: str) -> Entity:
     return frozenset(out)
 
 
+# ----------------------------------------------------------------------------- Kafka's answer order
+# Kafka builds its quota answers from java.util.HashMap iteration: an entity's parts, a
+# quota's keys and DescribeClientQuotas' entries come out in bucket order, not in request
+# or name order, and clients that compare answers (platformatic/kafka's tests do) see it.
+# These functions give the same order: a String's hash, HashMap's spread, the table size
+# a map of n entries has, buckets in turn and insertion order within one.
+
+def _java_hash(text: str) -> int:
+    """java.lang.String.hashCode over UTF-16 code units, as an unsigned 32-bit value."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def _bucket(h: int, capacity: int) -> int:
+    return (h ^ (h >> 16)) & (capacity - 1)
+
+
+def _table_size_for(n: int) -> int:
+    cap = 1
+    while cap < n:
+        cap <<= 1
+    return cap
+
+
+def java_capacity(entries: int, initial: int | None = None) -> int:
+    """The table size of a HashMap made with ``new HashMap<>(initial)`` (None: the
+    default 16) after ``entries`` puts: it doubles whenever its size passes 3/4 of it."""
+    cap = 16 if initial is None else _table_size_for(max(initial, 1))
+    threshold = int(cap * 0.75)
+    for size in range(1, entries + 1):
+        if size > threshold:
+            cap <<= 1
+            threshold = int(cap * 0.75)
+    return cap
+
+
+def java_order(items, hash_of, capacity: int) -> list:
+    """``items`` (in insertion order) as a HashMap of that ``capacity`` iterates them."""
+    return [x for _, _, x in sorted((_bucket(hash_of(x), capacity), i, x) for i, x in enumerate(items))]
+
+
+def _entity_hash(entity: Entity) -> int:
+    """ClientQuotaEntity.hashCode: Objects.hash(entries), the map's hash the sum of
+    key hash ^ value hash (0 for a null name)."""
+    total = 0
+    for etype, name in entity:
+        total += _java_hash(etype) ^ (0 if name is None else _java_hash(name))
+    return (31 + total) & 0xFFFFFFFF
+
+
+def entity_parts(entity) -> list:
+    """An entity's (type, name) pairs in the order Kafka's answers list them (a default
+    HashMap of the types: client-id before user)."""
+    known = {t: i for i, t in enumerate(ENTITY_TYPES)}
+    parts = sorted(entity, key=lambda e: (known.get(e[0], len(known)), e[0] or ""))
+    return java_order(parts, lambda e: _java_hash(e[0] or ""), 16)
+
+
+def value_order(keys) -> list:
+    """A quota's keys in the order DescribeClientQuotas lists them: as a ClientQuotaDelta
+    applies one alteration, the keys go from a default HashMap into a new map grown from
+    none (an entity's quotas set in one AlterClientQuotas, the usual case)."""
+    inserted = java_order(sorted(keys), _java_hash, 16)
+    return java_order(inserted, _java_hash, java_capacity(len(inserted), 0))
+
+
 def entity_str(entity: Entity) -> str:
     """Kafka's ClientQuotaEntity toString-like rendering for messages and logs."""
     return "(" + ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in sorted(entity)) + ")"
@@ -278,7 +347,20 @@ class ClientQuotas:
             if any(t not in names for t in typed):
                 continue
             out.append((entity, dict(props)))
-        return out
+        return self._kafka_order(out, exact)
+
+    def _kafka_order(self, found: list, exact: dict) -> list:
+        """``found`` as ClientQuotasImage.matches lists it: the candidates' HashMap, a
+        copy of the entities matching the first exact component (its size sets the
+        table), else one holding every candidate. Entities of one bucket keep the order
+        of the quota file (Kafka's depends on the history of its maps)."""
+        if exact:
+            etype = java_order(sorted(exact), _java_hash, 16)[0]
+            copied = sum(1 for e in self._quotas if (etype, exact[etype]) in e)
+            capacity = _table_size_for(int(copied / 0.75 + 1.0))
+        else:
+            capacity = java_capacity(len(found), len(found))
+        return java_order(found, lambda f: _entity_hash(f[0]), capacity)
 
     # -- AlterClientQuotas ---------------------------------------------------------------
     def alter(self, entries, validate_only: bool) -> list[tuple[list, int, str | None]]:

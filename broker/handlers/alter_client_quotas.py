@@ -12,11 +12,14 @@ from __future__ import annotations
 from protocol.errors import ErrorCode
 from protocol.messages import AlterClientQuotasResponse as R
 
+from broker.quotas import entity_parts
 from broker.security import authorizer as A
 
 
 def _entity(pairs):
-    return [R.EntityData(entity_type=t, entity_name=n) for t, n in pairs]
+    """The entry's entity as Kafka answers it: its parts in HashMap order (client-id
+    before user), whatever the request's order."""
+    return [R.EntityData(entity_type=t, entity_name=n) for t, n in entity_parts(pairs)]
 
 
 def handle(ctx, header, request, session=None):

@@ -182,3 +182,24 @@ def test_controller_mutation_token_bucket(tmp_path):
     free = q.mutation_quota("dev", "c", True, 0)
     free.record(10_000)
     assert free.throttle_ms == 0
+
+
+def test_answers_follow_kafkas_hashmap_order():
+    """The orders java.util.HashMap gives Kafka's quota answers, checked against a JVM
+    (Java 17) once: ClientQuotaDelta's maps for one alteration, a ClientQuotaEntity's
+    parts and its hashCode."""
+    from broker.quotas import _entity_hash, entity_parts, java_capacity, value_order
+
+    assert value_order(["producer_byte_rate", "consumer_byte_rate", "request_percentage"]) == [
+        "consumer_byte_rate", "request_percentage", "producer_byte_rate"]
+    assert value_order(["request_percentage", "controller_mutation_rate", "consumer_byte_rate",
+                        "producer_byte_rate"]) == [
+        "producer_byte_rate", "consumer_byte_rate", "controller_mutation_rate", "request_percentage"]
+    assert value_order(["producer_byte_rate"]) == ["producer_byte_rate"]
+    assert entity_parts([("user", "u"), ("client-id", None)]) == [("client-id", None), ("user", "u")]
+    assert entity_parts([("user", None), ("nosuch", "x")])[0] == ("user", None)  # unknown types do not raise
+    signed = lambda h: h - (1 << 32) if h >= 1 << 31 else h  # noqa: E731
+    assert signed(_entity_hash(frozenset([("user", "User1")]))) == 81098380
+    assert signed(_entity_hash(frozenset([("user", "User1"), ("client-id", "Client1")]))) == 484093575
+    assert [java_capacity(n, 0) for n in (1, 2, 3, 4, 7)] == [2, 4, 4, 8, 16]
+    assert java_capacity(12) == 16 and java_capacity(13) == 32
