@@ -134,7 +134,11 @@ def validate_protocol_map(name: str, value: Any) -> None:
     parse_protocol_map(name, value)
 
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# OAUTHBEARER's server callback handler: Kafka's default, which checks unsecured JWTs, is
+# the one Chronolog has (protocol.sasl.OAuthBearerServer)
+OAUTH_UNSECURED_VALIDATOR = ("org.apache.kafka.common.security.oauthbearer.internals.unsecured."
+                             "OAuthBearerUnsecuredValidatorCallbackHandler")
 
 
 def validate_mechanisms(name: str, value: Any) -> None:
@@ -520,9 +524,21 @@ LISTENER_OVERRIDABLE = frozenset(
     | {"sasl.enabled.mechanisms", "sasl.server.max.receive.size", "connections.max.reauth.ms",
        "max.connections", "connection.failed.authentication.delay.ms"}
 )
+
+
+def validate_callback_handler(name: str, value: Any) -> None:
+    if value and value != OAUTH_UNSECURED_VALIDATOR:
+        raise ConfigError(name, value, "Chronolog has one SASL server callback handler, Kafka's default for "
+                          "OAUTHBEARER (" + OAUTH_UNSECURED_VALIDATOR + ", unsecured JWTs); JWT signature "
+                          "validation (OAuthBearerValidatorCallbackHandler with a JWKS endpoint) and custom "
+                          "handlers are not supported")
+
+
 _MECH_PROPS = {"sasl.jaas.config": ConfigKey("sasl.jaas.config", T.PASSWORD, None, None),
-               "connections.max.reauth.ms": _KEYS["connections.max.reauth.ms"]}
-_MECH_PREFIXES = tuple(m.lower() + "." for m in SASL_MECHANISMS) + ("gssapi.", "oauthbearer.")
+               "connections.max.reauth.ms": _KEYS["connections.max.reauth.ms"],
+               "sasl.server.callback.handler.class": ConfigKey("sasl.server.callback.handler.class", T.STRING,
+                                                               None, validate_callback_handler)}
+_MECH_PREFIXES = tuple(m.lower() + "." for m in SASL_MECHANISMS) + ("gssapi.",)
 
 
 def listener_property_key(name: str) -> Optional[tuple[str, str, ConfigKey]]:
@@ -581,6 +597,18 @@ IGNORED_KAFKA_PROPERTIES = frozenset(
         "controlled.shutdown.enable",
         "controlled.shutdown.max.retries",
         "controlled.shutdown.retry.backoff.ms",
+        # read only by Kafka's JWT-signature validator (OAuthBearerValidatorCallbackHandler),
+        # which a broker uses only when its sasl.server.callback.handler.class names it (refused
+        # here); the default OAUTHBEARER check, unsecured JWTs, ignores them in Kafka too
+        "sasl.oauthbearer.jwks.endpoint.url",
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        "sasl.oauthbearer.expected.issuer",
+        "sasl.oauthbearer.expected.audience",
+        "sasl.oauthbearer.scope.claim.name",
+        "sasl.oauthbearer.sub.claim.name",
+        "sasl.oauthbearer.clock.skew.seconds",
     }
 )
 

@@ -2,6 +2,8 @@
 
 * PLAIN (RFC 4616): one token ``authzid NUL authcid NUL password``; Kafka's rules: exactly
   three parts, the user and password not empty, an authorization id empty or the user.
+* OAUTHBEARER (RFC 7628) with Kafka's default check of unsecured JWTs: see
+  :class:`OAuthBearerServer`.
 * SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677), as Kafka's ScramSaslServer: client
   first message ``n,[a=authzid],n=user,r=nonce[,extensions]``, server first
   ``r=nonce,s=salt,i=iterations``, client final ``c=biws,r=nonce,p=proof``, server final
@@ -22,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import re
 import unicodedata
@@ -107,6 +110,165 @@ class PlainServer:
         self.username = user
         self.complete = True
         return b""
+
+
+# ---------------------------------------------------------------------- OAUTHBEARER
+
+_OAUTH_FIRST = re.compile(
+    r"n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,\x01"
+    r"(?P<kvpairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01", re.S)
+_OAUTH_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)", re.A)
+
+
+class OAuthBearerServer:
+    """SASL/OAUTHBEARER (RFC 7628) with Kafka's default token check, the one a broker
+    uses when no ``sasl.server.callback.handler.class`` is set: an unsecured JWT
+    (OAuthBearerUnsecuredValidatorCallbackHandler), meant for development and tests.
+
+    The client's first message is ``n,[a=authzid],^Aauth=Bearer <jwt>^A[key=value^A]...^A``
+    (``^A`` = 0x01). The JWT is ``base64url(header).base64url(claims).`` with
+    ``"alg": "none"`` and no signature; its claims must hold a string principal (``sub``,
+    or ``principal_claim``), a numeric ``exp`` after now - ``clock_skew_ms``, an
+    optional numeric ``iat`` not after now + skew and before ``exp``, and every
+    ``required_scope`` in its ``scope`` claim (a string or a list). Extensions are
+    accepted as they are, as Kafka's default does. A token that fails is answered with
+    RFC 7628's JSON error (``{"status":"invalid_token"}``, or ``insufficient_scope``
+    with the scope) as a challenge; the client's ``^A`` then ends the exchange with
+    that JSON as the failure message. ``expires_ms`` (the token's ``exp``) bounds the
+    session; ``now_ms`` is the wall clock, given by the caller.
+    """
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, now_ms: Callable[[], int], principal_claim: str = "sub", scope_claim: str = "scope",
+                 required_scope: tuple = (), clock_skew_ms: int = 0) -> None:
+        self._now_ms = now_ms
+        self._principal_claim = principal_claim
+        self._scope_claim = scope_claim
+        self._required_scope = tuple(required_scope)
+        self._skew = clock_skew_ms
+        self._error: Optional[str] = None
+        self.complete = False
+        self.username: Optional[str] = None
+        self.expires_ms: Optional[int] = None
+        self.extensions: dict[str, str] = {}
+        self.failure_reason: Optional[str] = None  # why the token was refused (logs only)
+
+    def evaluate(self, token: bytes) -> bytes:
+        if bytes(token) == b"\x01" and self._error is not None:
+            raise SaslAuthenticationError(self._error)
+        self._error = None
+        try:
+            text = bytes(token).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslFormatError("Invalid OAUTHBEARER client first message: not UTF-8") from None
+        m = _OAUTH_FIRST.fullmatch(text)
+        if m is None:
+            raise SaslFormatError("Invalid OAUTHBEARER client first message")
+        pairs = {}
+        for item in m.group("kvpairs").split("\x01")[:-1]:
+            key, _, value = item.partition("=")
+            pairs[key] = value
+        auth = pairs.pop("auth", None)
+        if auth is None:
+            raise SaslFormatError("Invalid OAUTHBEARER client first message: 'auth' not specified")
+        am = _OAUTH_AUTH.fullmatch(auth)
+        if am is None:
+            raise SaslFormatError("Invalid OAUTHBEARER client first message: invalid 'auth' format")
+        if am.group("scheme").lower() != "bearer":
+            raise SaslFormatError(f"Invalid scheme in OAUTHBEARER client first message: {am.group('scheme')[:32]}")
+        try:
+            principal, expires_ms = self._validate(am.group("token"))
+        except _TokenRefused as refused:
+            self.failure_reason = str(refused)
+            if refused.scope is not None:
+                self._error = '{"status":"insufficient_scope", "scope":"%s"}' % refused.scope
+            else:
+                self._error = '{"status":"invalid_token"}'
+            return self._error.encode()
+        authzid = m.group("authzid") or ""
+        if authzid and authzid != principal:
+            raise SaslAuthenticationError(
+                f"Authentication failed: Client requested an authorization id ({authzid}) that is different "
+                f"from the token's principal name ({principal})")
+        self.extensions = pairs
+        self.username = principal
+        self.expires_ms = expires_ms
+        self.complete = True
+        return b""
+
+    def _validate(self, jwt: str) -> tuple[str, int]:
+        if ".." in jwt:
+            raise _TokenRefused("Malformed compact serialization contains '..'")
+        parts = jwt.split(".")
+        if len(parts) != 3:
+            raise _TokenRefused("Unsecured JWS compact serializations must have 3 dot-separated Base64URL-encoded "
+                                "values")
+        header, claims = _jws_json(parts[0]), _jws_json(parts[1])
+        if header.get("alg") != "none":
+            raise _TokenRefused("Unsecured JWS must have 'none' for an algorithm")
+        if parts[2]:
+            raise _TokenRefused("Unsecured JWS must not contain a digital signature")
+        scope = claims.get(self._scope_claim)
+        if isinstance(scope, str):
+            scope_set = {scope.strip()} if scope.strip() else set()
+        elif isinstance(scope, list):
+            scope_set = {str(x).strip() for x in scope if str(x).strip()}
+        elif scope is None:
+            scope_set = set()
+        else:
+            raise _TokenRefused(f"The '{self._scope_claim}' claim was not of type List")
+        exp = _number_claim(claims, "exp")
+        if exp is None:
+            raise _TokenRefused("No expiration time in JWT")
+        principal = claims.get(self._principal_claim)
+        if not isinstance(principal, str) or not principal.strip():
+            raise _TokenRefused(f"No principal name in JWT claim: {self._principal_claim}")
+        iat = _number_claim(claims, "iat")
+        now = self._now_ms()
+        if iat is not None and 1000 * iat > now + self._skew:
+            raise _TokenRefused(f"The Issued At value ({iat:f} seconds) was after the indicated time ({now} ms) "
+                                f"plus allowable clock skew ({self._skew} ms)")
+        if now - self._skew >= 1000 * exp:
+            raise _TokenRefused(f"The indicated time ({now} ms) minus allowable clock skew ({self._skew} ms) was on "
+                                f"or after the Expiration Time value ({exp:f} seconds)")
+        if iat is not None and exp <= iat:
+            raise _TokenRefused(f"The Expiration Time time ({exp:f} seconds) was not after the Issued At time "
+                                f"({iat:f} seconds)")
+        for needed in self._required_scope:
+            if needed not in scope_set:
+                raise _TokenRefused(f"The provided scope ({sorted(scope_set)}) was missing a required scope "
+                                    f"({needed})", scope="[" + ", ".join(self._required_scope) + "]")
+        return principal, int(round(exp * 1000))
+
+
+class _TokenRefused(Exception):
+    def __init__(self, message: str, scope: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+def _jws_json(part: str) -> dict:
+    try:
+        raw = base64.b64decode(part + "=" * (-len(part) % 4), altchars=b"-_", validate=True)
+    except ValueError:
+        raise _TokenRefused("malformed Base64 URL encoded value") from None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise _TokenRefused("malformed JSON") from None
+    if not isinstance(value, dict):
+        raise _TokenRefused("malformed JSON")
+    return value
+
+
+def _number_claim(claims: dict, name: str) -> Optional[float]:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _TokenRefused(f"The '{name}' claim was not of type Number")
+    return float(value)
 
 
 # ---------------------------------------------------------------------- SCRAM

@@ -19,7 +19,9 @@ credentials answer SASL_AUTHENTICATION_FAILED with Kafka's message after
 Re-authentication (KIP-368): with ``connections.max.reauth.ms`` > 0 a successful
 SaslAuthenticate v1+ tells the client its session lifetime; a client may send
 SaslHandshake + SaslAuthenticate again on the open connection (same mechanism, same
-principal). A request arriving after the session expired closes the connection.
+principal). A request arriving after the session expired closes the connection. An
+OAUTHBEARER session also ends when its token expires (the lesser of the two), as in
+Kafka.
 
 No password or token ever reaches a log line: failures log the peer, listener,
 mechanism, user name and Kafka's reason.
@@ -37,6 +39,7 @@ from protocol import codec
 from protocol.errors import ErrorCode
 from protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
 from protocol.sasl import (
+    OAuthBearerServer,
     PlainServer,
     SaslAuthenticationError,
     SaslFormatError,
@@ -170,6 +173,8 @@ class Authenticator:
         if mechanism == "PLAIN":
             users = listener.plain_users
             return PlainServer(users.get)
+        if mechanism == "OAUTHBEARER":
+            return OAuthBearerServer(self.ctx.clock.time_ms, **listener.oauth_options)
         store = self.ctx.scram_store
 
         def lookup(user: str, _mech=mechanism):
@@ -193,7 +198,8 @@ class Authenticator:
         try:
             token = session.server.evaluate(request.auth_bytes)
         except SaslAuthenticationError as exc:
-            return self._auth_failed(conn, header, str(exc), str(exc))
+            why = getattr(session.server, "failure_reason", None)  # a refused OAUTHBEARER token's reason
+            return self._auth_failed(conn, header, str(exc), f"{exc} ({why})" if why else str(exc))
         except SaslFormatError as exc:
             message = ("Authentication failed during authentication due to invalid credentials with SASL "
                        f"mechanism {session.mechanism}")
@@ -229,13 +235,18 @@ class Authenticator:
         if session.reauthenticating and principal != session.principal:
             return "Cannot change principals during re-authentication from " + session.principal + ": " + principal
         first = not session.reauthenticating
+        credential_expires_ms = getattr(session.server, "expires_ms", None)  # an OAUTHBEARER token's exp
         session.principal = principal
         session.user = session.server.username
         session.state = COMPLETE
         session.reauthenticating = False
         session.server = None
         reauth = session.listener.reauth_ms_for(session.mechanism)
-        session.expires_at_ms = self.ctx.clock.monotonic_ms() + reauth if reauth > 0 else None
+        lifetime = reauth if reauth > 0 else None
+        if credential_expires_ms is not None:  # Kafka: the session ends with the credential
+            left = max(0, credential_expires_ms - self.ctx.clock.time_ms())
+            lifetime = left if lifetime is None else min(lifetime, left)
+        session.expires_at_ms = self.ctx.clock.monotonic_ms() + lifetime if lifetime is not None else None
         self._count(session.listener, session.mechanism, True)
         if first:
             log.debug("%s authenticated as %s with %s on listener %s", conn._peer, principal,

@@ -1,7 +1,8 @@
 """Kafka's ``sasl.jaas.config`` text: ``<LoginModule class> <flag> key="value" ... ;``.
 
 Only what a broker reads from it matters here: the PLAIN users (``user_<name>="password"``
-options of ``PlainLoginModule``). Values are quoted strings (``\\`` escapes the next
+options of ``PlainLoginModule``) and the ``unsecuredValidator*`` options of
+``OAuthBearerLoginModule`` (Kafka's default check of unsecured JWTs). Values are quoted strings (``\\`` escapes the next
 character) or bare tokens. A malformed text raises ConfigError naming the property,
 never showing its value (it holds passwords).
 """
@@ -69,3 +70,28 @@ def plain_users(prop: str, text: str | None) -> dict[str, str]:
             if key.startswith("user_"):
                 users[key[5:]] = value
     return users
+
+
+def oauth_validator_options(prop: str, text: str | None) -> dict:
+    """protocol.sasl.OAuthBearerServer's keyword arguments from the options Kafka's
+    OAuthBearerUnsecuredValidatorCallbackHandler reads: ``unsecuredValidatorPrincipalClaimName``
+    (default ``sub``), ``unsecuredValidatorScopeClaimName`` (``scope``),
+    ``unsecuredValidatorRequiredScope`` (space separated) and
+    ``unsecuredValidatorAllowableClockSkewMs`` (a non-negative integer, 0). No JAAS text:
+    the defaults."""
+    options: dict[str, str] = {}
+    if text:
+        for _module, _flag, opts in parse_jaas(prop, text):
+            options.update(opts)
+    skew_text = (options.get("unsecuredValidatorAllowableClockSkewMs") or "").strip()
+    try:
+        skew = int(skew_text) if skew_text else 0
+    except ValueError:
+        skew = -1
+    if skew < 0:
+        raise ConfigError(prop, "[hidden]", "unsecuredValidatorAllowableClockSkewMs must be a non-negative "
+                          f"integer of milliseconds, not {skew_text[:32]!r}")
+    return {"principal_claim": (options.get("unsecuredValidatorPrincipalClaimName") or "").strip() or "sub",
+            "scope_claim": (options.get("unsecuredValidatorScopeClaimName") or "").strip() or "scope",
+            "required_scope": tuple((options.get("unsecuredValidatorRequiredScope") or "").split()),
+            "clock_skew_ms": skew}

@@ -17,7 +17,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Optional
 
-from broker.security.jaas import plain_users
+from broker.security.jaas import oauth_validator_options, plain_users
 from broker.security.tls import PrincipalMapper, build_server_context, ensure_compatible, keystore_certificate
 
 log = logging.getLogger("chronolog.security")
@@ -40,6 +40,7 @@ class Listener:
     failed_auth_delay_ms: int = 100
     max_connections: int = 2**31 - 1
     reauth_by_mechanism: dict = field(default_factory=dict)  # <mechanism>.connections.max.reauth.ms
+    oauth_options: dict = field(default_factory=dict)  # OAuthBearerServer's, from the OAUTHBEARER JAAS options
     certificate: Optional[dict] = None  # the broker certificate new handshakes present
 
     @property
@@ -99,6 +100,10 @@ def _apply_settings(lst: Listener, value) -> None:
         lst.mechanisms = mechanisms
         lst.plain_users = users
         lst.reauth_by_mechanism = {m: value(f"{m.lower()}.connections.max.reauth.ms") for m in mechanisms}
+        if "OAUTHBEARER" in mechanisms:
+            lst.oauth_options = oauth_validator_options(
+                f"listener.name.{lst.name.lower()}.oauthbearer.sasl.jaas.config",
+                value("oauthbearer.sasl.jaas.config"))
 
 
 def plan_listener_settings(listeners: list[Listener], cfg) -> list[tuple[Listener, Listener]]:
@@ -126,7 +131,8 @@ def plan_listener_settings(listeners: list[Listener], cfg) -> list[tuple[Listene
 
 
 _DYNAMIC_FIELDS = ("advertised_host", "advertised_port", "max_receive_size", "reauth_ms", "failed_auth_delay_ms",
-                   "max_connections", "principal_mapper", "mechanisms", "plain_users", "reauth_by_mechanism")
+                   "max_connections", "principal_mapper", "mechanisms", "plain_users", "reauth_by_mechanism",
+                   "oauth_options")
 
 
 def apply_listener_settings(plan: list[tuple[Listener, Listener]]) -> None:

@@ -1,5 +1,5 @@
-"""Security with real clients: TLS listeners (CA verification, mutual TLS), SASL PLAIN and
-SCRAM-SHA-256/512 over SASL_PLAINTEXT and SASL_SSL, ACLs, connection limits and bad
+"""Security with real clients: TLS listeners (CA verification, mutual TLS), SASL PLAIN,
+SCRAM-SHA-256/512 and OAUTHBEARER (unsecured JWTs) over SASL_PLAINTEXT and SASL_SSL, ACLs, connection limits and bad
 input, against confluent-kafka, kafka-python, aiokafka, kcat and kafkajs.
 
 Certificates come from ``openssl`` (a development CA, the broker's certificate for
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.errors import ErrorCode
 from tests.integration import helpers
 from tests.integration.helpers import REPO_ROOT, RawConn, frame, request_header_v1, start_broker, unique_topic
 
@@ -729,6 +730,122 @@ def test_reauthentication_and_session_expiry(tmp_path):
             p.flush(10)
             time.sleep(0.5)
         assert delivered == [None] * 8
+    finally:
+        b.stop()
+
+
+def _unsecured_jwt(claims: dict) -> str:
+    import base64
+
+    def part(d):
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    return part({"alg": "none"}) + "." + part(claims) + "."
+
+
+def _oauth_first(jwt: str, extensions: str = "") -> bytes:
+    return ("n,,\x01auth=Bearer " + jwt + "\x01" + extensions + "\x01").encode()
+
+
+def test_oauthbearer_unsecured_jwt(tmp_path):
+    """SASL/OAUTHBEARER with Kafka's default token check (unsecured JWTs): the token's
+    ``sub`` is the principal the authorizer sees (librdkafka's unsecured JWT and
+    kafka-python's token provider), a token without the required scope or past its
+    ``exp`` gets RFC 7628's JSON error as a challenge and then SASL_AUTHENTICATION_FAILED
+    with it, and a session ends when its token expires."""
+    b = start_broker(tmp_path, {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "OAUTHBEARER,PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
+            'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+            'unsecuredValidatorRequiredScope="kafka";',
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:alice",
+        "sasl.oauthbearer.expected.issuer": "ignored-as-in-kafka",
+    })
+    try:
+        from confluent_kafka import Consumer, Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        def oauth(principal):
+            return {"bootstrap.servers": f"127.0.0.1:{b.port}", "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                    "sasl.oauthbearer.config": f"principal={principal} scope=kafka lifeSeconds=3600"}
+
+        topic = unique_topic("oauth")
+        admin = AdminClient(oauth("alice"))
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(15)
+        p = Producer(oauth("alice"))
+        for i in range(5):
+            p.produce(topic, f"o{i}".encode())
+        assert p.flush(15) == 0
+        c = Consumer({**oauth("alice"), "group.id": "oauth-g", "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        got, deadline = [], time.monotonic() + 20
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.close()
+        assert got == [f"o{i}".encode() for i in range(5)]
+        # the principal is the token's sub: bob is no super user and has no ACL
+        assert _produce_error(oauth("bob"), topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+        class Tokens(AbstractTokenProvider):  # kafka-python's sasl_oauth_token_provider
+            def token(self):
+                return _unsecured_jwt({"sub": "alice", "exp": time.time() + 600, "scope": ["kafka", "x"]})
+
+            def extensions(self):
+                return {"traceId": "abc"}
+
+        from kafka import KafkaProducer
+
+        kp = KafkaProducer(bootstrap_servers=f"127.0.0.1:{b.port}", security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Tokens())
+        assert kp.send(topic, b"from-kafka-python").get(15).offset == 5
+        kp.close()
+
+        now = time.time()
+        cases = [  # claims -> the JSON error the broker sends
+            ({"sub": "alice", "exp": now + 60, "scope": "other"}, '{"status":"insufficient_scope", "scope":"[kafka]"}'),
+            ({"sub": "alice", "exp": now - 5, "scope": "kafka"}, '{"status":"invalid_token"}'),
+            ({"exp": now + 60, "scope": "kafka"}, '{"status":"invalid_token"}'),  # no principal
+            ({"sub": "alice", "scope": "kafka"}, '{"status":"invalid_token"}'),  # no exp
+        ]
+        for claims, status in cases:
+            with RawConn(b.port) as raw:
+                assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
+                err, _, _ = _sasl_authenticate(raw, _oauth_first(_unsecured_jwt(claims)))
+                resp = raw.request(36, 1, struct.pack(">i", 1) + b"\x01", 3)
+                assert err == 0  # the first answer is the challenge
+                (code, mlen) = struct.unpack_from(">hh", resp, 0)
+                assert (code, resp[4:4 + mlen].decode()) == (58, status), claims
+                assert raw.wait_closed(5)
+        with RawConn(b.port) as raw:  # a signed token is not an unsecured one
+            unsigned = _unsecured_jwt({"sub": "alice", "exp": now + 60, "scope": "kafka"})
+            signed = "eyJhbGciOiJIUzI1NiJ9" + unsigned[unsigned.index("."):] + "c2ln"  # {"alg":"HS256"}, "sig"
+            assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
+            assert _sasl_authenticate(raw, _oauth_first(signed))[0] == 0
+            assert raw.request(36, 1, struct.pack(">i", 1) + b"\x01", 3)[:2] == struct.pack(">h", 58)
+        with RawConn(b.port) as raw:  # not RFC 7628's first message
+            assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
+            err, msg, _ = _sasl_authenticate(raw, b"auth=Bearer x")
+            assert err == 58 and "OAUTHBEARER" in msg
+        with RawConn(b.port) as raw:  # the session ends with the token
+            assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
+            jwt = _unsecured_jwt({"sub": "alice", "exp": time.time() + 1.5, "scope": "kafka"})
+            err, _, lifetime = _sasl_authenticate(raw, _oauth_first(jwt, "traceId=t1\x01"))
+            assert err == 0 and 500 < lifetime <= 1500
+            assert raw.request(3, 1, helpers.metadata_request_v1([]), 3)
+            time.sleep(1.7)
+            raw.send(frame(request_header_v1(3, 1, 4) + helpers.metadata_request_v1([])))
+            assert raw.wait_closed(5)
+        log = b.log_text()  # why a token was refused is logged, the token never is
+        assert "was missing a required scope (kafka)" in log and "No expiration time in JWT" in log
+        assert "Unsecured JWS must have 'none' for an algorithm" in log and unsigned not in log
     finally:
         b.stop()
 

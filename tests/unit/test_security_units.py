@@ -1,5 +1,5 @@
 """The security building blocks without a network: SASL mechanisms (RFC 7677's test
-vector, client against server), the principal mapping rules, DN formatting, JAAS text,
+vector, client against server, OAUTHBEARER's unsecured JWTs), the principal mapping rules, DN formatting, JAAS text,
 the authorizer's rules, the durable ACL and SCRAM stores, and the metrics hooks."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from broker.security import authorizer as A
-from broker.security.jaas import parse_jaas, plain_users
+from broker.security.jaas import oauth_validator_options, parse_jaas, plain_users
 from broker.security.tls import NoMatchingRule, PrincipalMapper, iana_to_openssl, subject_dn
 from config.properties import ConfigError
 from protocol.sasl import (
+    OAuthBearerServer,
     PlainServer,
     SaslAuthenticationError,
     SaslFormatError,
@@ -123,6 +124,86 @@ def test_stored_credential_matches_salted_password():
 
 
 # ---------------------------------------------------------------------- TLS names
+
+def _jwt(claims, header=None, signature=""):
+    import json
+
+    def part(d):
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    return part(header or {"alg": "none"}) + "." + part(claims) + "." + signature
+
+
+def _first(jwt, authzid="", ext=""):
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {jwt}\x01{ext}\x01".encode()
+
+
+NOW_MS = 1_700_000_000_000
+
+
+def _refusal(claims, **options):
+    """The JSON challenge and the logged reason of a refused token (None: accepted)."""
+    server = OAuthBearerServer(lambda: NOW_MS, **options)
+    answer = server.evaluate(_first(_jwt(claims)))
+    if server.complete:
+        return None
+    with pytest.raises(SaslAuthenticationError) as failed:
+        server.evaluate(b"\x01")
+    assert str(failed.value) == answer.decode()
+    return answer.decode(), server.failure_reason
+
+
+def test_oauthbearer_unsecured_jwt_rules():
+    now = NOW_MS / 1000
+    server = OAuthBearerServer(lambda: NOW_MS)
+    assert server.evaluate(_first(_jwt({"sub": "alice", "exp": now + 60, "iat": now}), "alice",
+                                  "traceId=abc\x01")) == b""
+    assert (server.complete, server.username, server.expires_ms, server.extensions) == (
+        True, "alice", NOW_MS + 60_000, {"traceId": "abc"})
+    invalid = '{"status":"invalid_token"}'
+    assert _refusal({"sub": "alice", "exp": now})[0] == invalid  # exp is not after now
+    assert _refusal({"sub": "alice", "exp": now - 1}, clock_skew_ms=2000) is None
+    assert "Issued At" in _refusal({"sub": "a", "exp": now + 60, "iat": now + 5})[1]
+    assert "was not after the Issued At" in _refusal({"sub": "a", "exp": now + 60, "iat": now + 60},
+                                                     clock_skew_ms=100_000)[1]
+    assert _refusal({"sub": "a"})[1] == "No expiration time in JWT"
+    assert "was not of type Number" in _refusal({"sub": "a", "exp": "soon"})[1]
+    assert _refusal({"sub": " ", "exp": now + 60})[1] == "No principal name in JWT claim: sub"
+    assert _refusal({"user": "bob", "exp": now + 60}, principal_claim="user") is None
+    assert _refusal({"sub": "a", "exp": now + 60, "scope": ["read", "write"]},
+                    required_scope=("write", "admin"))[0] == '{"status":"insufficient_scope", "scope":"[write, admin]"}'
+    assert _refusal({"sub": "a", "exp": now + 60, "scp": "admin"}, scope_claim="scp", required_scope=("admin",)) is None
+    assert _refusal({"sub": "a", "exp": now + 60, "scope": 7})[0] == invalid
+    # the token's own form
+    for bad, reason in [(_jwt({"sub": "a", "exp": now + 60}, {"alg": "HS256"}), "'none' for an algorithm"),
+                        (_jwt({"sub": "a", "exp": now + 60}, signature="c2ln"), "must not contain a digital signature"),
+                        ("abc.def", "3 dot-separated"), ("a..b", "contains '..'"),
+                        ("e30.x.", "malformed Base64"), ("e30.WzFd.", "malformed JSON")]:
+        server = OAuthBearerServer(lambda: NOW_MS)
+        assert server.evaluate(_first(bad)) == invalid.encode() and reason in server.failure_reason, bad
+    # the client's message: RFC 7628's grammar, Kafka's errors
+    for message in [b"n,,auth=Bearer x\x01\x01", b"n,,\x01\x01", b"n,,\x01auth=Basic abc\x01\x01",
+                    b"n,,\x01auth=Bearer a b\x01\x01", b"n,,\x01auth=Bearer x\x011bad=v\x01\x01", b"\xff"]:
+        with pytest.raises(SaslFormatError):
+            OAuthBearerServer(lambda: NOW_MS).evaluate(message)
+    with pytest.raises(SaslAuthenticationError, match="different from the token's principal name"):
+        OAuthBearerServer(lambda: NOW_MS).evaluate(_first(_jwt({"sub": "alice", "exp": now + 60}), "bob"))
+    with pytest.raises(SaslFormatError):  # a lone ^A before any error is no first message
+        OAuthBearerServer(lambda: NOW_MS).evaluate(b"\x01")
+
+
+def test_oauthbearer_jaas_options():
+    assert oauth_validator_options("p", None) == {"principal_claim": "sub", "scope_claim": "scope",
+                                                  "required_scope": (), "clock_skew_ms": 0}
+    text = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+            'unsecuredValidatorPrincipalClaimName="user" unsecuredValidatorScopeClaimName="scp" '
+            'unsecuredValidatorRequiredScope="read  write" unsecuredValidatorAllowableClockSkewMs="3000";')
+    assert oauth_validator_options("p", text) == {"principal_claim": "user", "scope_claim": "scp",
+                                                  "required_scope": ("read", "write"), "clock_skew_ms": 3000}
+    for skew in ("-1", "soon"):
+        with pytest.raises(ConfigError, match="unsecuredValidatorAllowableClockSkewMs"):
+            oauth_validator_options("p", text.replace('"3000"', f'"{skew}"'))
+
 
 def test_subject_dn_is_rfc2253_most_specific_first():
     cert = {"subject": ((("countryName", "US"),), (("organizationName", "Example, Inc"),),
