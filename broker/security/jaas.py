@@ -2,9 +2,9 @@
 
 Only what a broker reads from it matters here: the PLAIN users (``user_<name>="password"``
 options of ``PlainLoginModule``) and the ``unsecuredValidator*`` options of
-``OAuthBearerLoginModule`` (Kafka's default check of unsecured JWTs). Values are quoted strings (``\\`` escapes the next
-character) or bare tokens. A malformed text raises ConfigError naming the property,
-never showing its value (it holds passwords).
+``OAuthBearerLoginModule`` (Kafka's default check of unsecured JWTs). Values are quoted
+strings (``\\`` escapes the next character) or bare tokens. A malformed text raises
+ConfigError naming the property, never showing its value (it holds passwords).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def test_alter_and_describe_every_version_and_restart(qbroker):
     code, entries = describe(b.port, [("user", 0, "alice0")], version=0)
     assert (code, entries) == (0, [((("user", "alice0"),), (("producer_byte_rate", 1024.0),))])
     code, entries = describe(b.port, [("user", 2, None)])
-    assert sorted(e[0] for e in entries) == [(("client-id", ""), ("user", "")), (("user", "alice0"),), (("user", "alice1"),)]
+    assert sorted(e[0] for e in entries) == [(("client-id", ""), ("user", "")), (("user", "alice0"),),
+                                             (("user", "alice1"),)]
     # bad inputs: Kafka's codes and messages, nothing applied
     bad = alter(b.port, [([("user", "bob")], [("producer_byte_rate", 10.5, False)]),
                          ([("user", "dave")], [("request_percentage", 0.0, False)]),
