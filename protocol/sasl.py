@@ -118,6 +118,7 @@ _OAUTH_FIRST = re.compile(
     r"n,(?:a=(?P<authzid>(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+))?,\x01"
     r"(?P<kvpairs>(?:[A-Za-z]+=[\x21-\x7e \t\r\n]+\x01)*)\x01", re.S)
 _OAUTH_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)", re.A)
+_LONG_MAX = 2**63 - 1
 
 
 class OAuthBearerServer:
@@ -239,7 +240,8 @@ class OAuthBearerServer:
             if needed not in scope_set:
                 raise _TokenRefused(f"The provided scope ({sorted(scope_set)}) was missing a required scope "
                                     f"({needed})", scope="[" + ", ".join(self._required_scope) + "]")
-        return principal, int(round(exp * 1000))
+        exp_ms = 1000 * exp  # Java's Math.round saturates at Long.MAX_VALUE; so does this
+        return principal, int(round(exp_ms)) if exp_ms < _LONG_MAX else _LONG_MAX
 
 
 class _TokenRefused(Exception):
@@ -253,13 +255,17 @@ def _jws_json(part: str) -> dict:
         raw = base64.b64decode(part + "=" * (-len(part) % 4), altchars=b"-_", validate=True)
     except ValueError:
         raise _TokenRefused("malformed Base64 URL encoded value") from None
-    try:
-        value = json.loads(raw)
-    except ValueError:
+    try:  # NaN and Infinity are not JSON (Python's parser would take them)
+        value = json.loads(raw, parse_constant=_not_json)
+    except (ValueError, RecursionError):
         raise _TokenRefused("malformed JSON") from None
     if not isinstance(value, dict):
         raise _TokenRefused("malformed JSON")
     return value
+
+
+def _not_json(constant: str):
+    raise ValueError(constant)
 
 
 def _number_claim(claims: dict, name: str) -> Optional[float]:

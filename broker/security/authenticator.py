@@ -244,7 +244,7 @@ class Authenticator:
         reauth = session.listener.reauth_ms_for(session.mechanism)
         lifetime = reauth if reauth > 0 else None
         if credential_expires_ms is not None:  # Kafka: the session ends with the credential
-            left = max(0, credential_expires_ms - self.ctx.clock.time_ms())
+            left = min(max(0, credential_expires_ms - self.ctx.clock.time_ms()), 2**53)  # a float-exact bound
             lifetime = left if lifetime is None else min(lifetime, left)
         session.expires_at_ms = self.ctx.clock.monotonic_ms() + lifetime if lifetime is not None else None
         self._count(session.listener, session.mechanism, True)

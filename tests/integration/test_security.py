@@ -834,6 +834,11 @@ def test_oauthbearer_unsecured_jwt(tmp_path):
             assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
             err, msg, _ = _sasl_authenticate(raw, b"auth=Bearer x")
             assert err == 58 and "OAUTHBEARER" in msg
+        with RawConn(b.port) as raw:  # a token for ever: a lifetime an int64 holds
+            assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
+            err, _, lifetime = _sasl_authenticate(raw, _oauth_first(_unsecured_jwt(
+                {"sub": "alice", "exp": 1e308, "scope": "kafka"})))
+            assert err == 0 and 2**52 < lifetime <= 2**53
         with RawConn(b.port) as raw:  # the session ends with the token
             assert _sasl_handshake(raw, "OAUTHBEARER")[0] == 0
             jwt = _unsecured_jwt({"sub": "alice", "exp": time.time() + 1.5, "scope": "kafka"})

@@ -170,6 +170,9 @@ def test_oauthbearer_unsecured_jwt_rules():
     assert "was not of type Number" in _refusal({"sub": "a", "exp": "soon"})[1]
     assert _refusal({"sub": " ", "exp": now + 60})[1] == "No principal name in JWT claim: sub"
     assert _refusal({"user": "bob", "exp": now + 60}, principal_claim="user") is None
+    far = OAuthBearerServer(lambda: NOW_MS)
+    far.evaluate(_first(_jwt({"sub": "a", "exp": 1e308})))
+    assert far.complete and far.expires_ms == 2**63 - 1  # saturates as Java's Math.round
     assert _refusal({"sub": "a", "exp": now + 60, "scope": ["read", "write"]},
                     required_scope=("write", "admin"))[0] == '{"status":"insufficient_scope", "scope":"[write, admin]"}'
     assert _refusal({"sub": "a", "exp": now + 60, "scp": "admin"}, scope_claim="scp", required_scope=("admin",)) is None
@@ -178,7 +181,9 @@ def test_oauthbearer_unsecured_jwt_rules():
     for bad, reason in [(_jwt({"sub": "a", "exp": now + 60}, {"alg": "HS256"}), "'none' for an algorithm"),
                         (_jwt({"sub": "a", "exp": now + 60}, signature="c2ln"), "must not contain a digital signature"),
                         ("abc.def", "3 dot-separated"), ("a..b", "contains '..'"),
-                        ("e30.x.", "malformed Base64"), ("e30.WzFd.", "malformed JSON")]:
+                        ("e30.x.", "malformed Base64"), ("e30.WzFd.", "malformed JSON"),
+                        ("e30." + base64.urlsafe_b64encode(b'{"sub":"a","exp":Infinity}').decode().rstrip("=") + ".",
+                         "malformed JSON")]:
         server = OAuthBearerServer(lambda: NOW_MS)
         assert server.evaluate(_first(bad)) == invalid.encode() and reason in server.failure_reason, bad
     # the client's message: RFC 7628's grammar, Kafka's errors
