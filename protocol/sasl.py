@@ -244,6 +244,50 @@ class OAuthBearerServer:
         return principal, int(round(exp_ms)) if exp_ms < _LONG_MAX else _LONG_MAX
 
 
+def unsecured_login_token(options: dict, now_ms: int) -> tuple[str, dict]:
+    """The client side of the same check, as Kafka's OAuthBearerUnsecuredLoginCallbackHandler
+    makes a token from its JAAS options: ``unsecuredLoginStringClaim_<name>``,
+    ``unsecuredLoginNumberClaim_<name>`` and ``unsecuredLoginListClaim_<name>`` (its
+    first character the separator) claims, ``unsecuredLoginLifetimeSeconds`` (3600), and
+    ``unsecuredLoginExtension_<name>`` extensions. Returns (JWT, extensions); the
+    principal claim (``sub``, or ``unsecuredLoginPrincipalClaimName``) is required. Raises ValueError naming a bad option."""
+    claims: dict = {}
+    extensions = {}
+    for key, value in options.items():
+        if key.startswith("unsecuredLoginStringClaim_"):
+            claims[key[len("unsecuredLoginStringClaim_"):]] = value
+        elif key.startswith("unsecuredLoginNumberClaim_"):
+            try:
+                claims[key[len("unsecuredLoginNumberClaim_"):]] = float(value) if "." in value else int(value)
+            except ValueError:
+                raise ValueError(f"{key}={value!r} is not a number") from None
+        elif key.startswith("unsecuredLoginListClaim_"):
+            claims[key[len("unsecuredLoginListClaim_"):]] = [v for v in value[1:].split(value[:1]) if v] if value else []
+        elif key.startswith("unsecuredLoginExtension_"):
+            extensions[key[len("unsecuredLoginExtension_"):]] = value
+    principal_claim = options.get("unsecuredLoginPrincipalClaimName", "").strip() or "sub"
+    if not isinstance(claims.get(principal_claim), str) or not claims[principal_claim].strip():
+        raise ValueError(f'OAUTHBEARER needs unsecuredLoginStringClaim_{principal_claim}="<principal>" '
+                         "in sasl.jaas.config")
+    try:
+        lifetime = int(options.get("unsecuredLoginLifetimeSeconds", "3600"))
+    except ValueError:
+        raise ValueError("unsecuredLoginLifetimeSeconds is not a whole number of seconds") from None
+    claims.setdefault("iat", now_ms / 1000.0)
+    claims.setdefault("exp", now_ms / 1000.0 + lifetime)
+
+    def part(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+    return part({"alg": "none"}) + "." + part(claims) + ".", extensions
+
+
+def oauthbearer_client_first(token: str, extensions: dict) -> bytes:
+    """RFC 7628's client first message: ``n,,^Aauth=Bearer <token>^A[key=value^A]...^A``."""
+    ext = "".join(f"{k}={v}\x01" for k, v in extensions.items())
+    return f"n,,\x01auth=Bearer {token}\x01{ext}\x01".encode()
+
+
 class _TokenRefused(Exception):
     def __init__(self, message: str, scope: Optional[str] = None) -> None:
         super().__init__(message)

@@ -848,6 +848,22 @@ def test_oauthbearer_unsecured_jwt(tmp_path):
             time.sleep(1.7)
             raw.send(frame(request_header_v1(3, 1, 4) + helpers.metadata_request_v1([])))
             assert raw.wait_closed(5)
+        # the command-line tools log in as Kafka's do: an unsecured JWT from the JAAS options
+        base = [os.path.join(os.path.dirname(__import__("sys").executable), "chronolog")]
+
+        def tool(principal, *args, scope="kafka"):
+            props = tmp_path / f"{principal}.properties"
+            props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+                             "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                             f'required unsecuredLoginStringClaim_sub="{principal}" '
+                             f'unsecuredLoginListClaim_scope=",{scope},other" unsecuredLoginLifetimeSeconds="60";\n')
+            return subprocess.run([*base, "topics", "--bootstrap-server", f"127.0.0.1:{b.port}", "--command-config",
+                                   str(props), *args], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+
+        listed = tool("alice", "--list")
+        assert listed.returncode == 0 and topic in listed.stdout.split(), listed
+        refused = tool("alice", "--list", scope="nope")
+        assert refused.returncode != 0 and 'insufficient_scope' in refused.stdout + refused.stderr, refused
         log = b.log_text()  # why a token was refused is logged, the token never is
         assert "was missing a required scope (kafka)" in log and "No expiration time in JWT" in log
         assert "Unsecured JWS must have 'none' for an algorithm" in log and unsigned not in log

@@ -197,6 +197,27 @@ def test_oauthbearer_unsecured_jwt_rules():
         OAuthBearerServer(lambda: NOW_MS).evaluate(b"\x01")
 
 
+def test_oauthbearer_client_token_from_jaas_options():
+    """The tools' side (Kafka's unsecured login handler) against the broker's check."""
+    from protocol.sasl import oauthbearer_client_first, unsecured_login_token
+
+    options = {"unsecuredLoginStringClaim_sub": "alice", "unsecuredLoginListClaim_scope": "|read|write",
+               "unsecuredLoginNumberClaim_level": "3", "unsecuredLoginLifetimeSeconds": "60",
+               "unsecuredLoginExtension_traceId": "t1"}
+    token, extensions = unsecured_login_token(options, NOW_MS)
+    server = OAuthBearerServer(lambda: NOW_MS + 59_000, required_scope=("write",))
+    assert server.evaluate(oauthbearer_client_first(token, extensions)) == b""
+    assert (server.username, server.expires_ms, server.extensions) == ("alice", NOW_MS + 60_000, {"traceId": "t1"})
+    late = OAuthBearerServer(lambda: NOW_MS + 60_000)
+    assert late.evaluate(oauthbearer_client_first(token, {})) == b'{"status":"invalid_token"}'
+    assert unsecured_login_token({"unsecuredLoginPrincipalClaimName": "user",
+                                  "unsecuredLoginStringClaim_user": "bob"}, NOW_MS)[0]
+    for bad in ({}, {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginLifetimeSeconds": "soon"},
+                {"unsecuredLoginStringClaim_sub": "a", "unsecuredLoginNumberClaim_n": "x"}):
+        with pytest.raises(ValueError):
+            unsecured_login_token(bad, NOW_MS)
+
+
 def test_oauthbearer_jaas_options():
     assert oauth_validator_options("p", None) == {"principal_claim": "sub", "scope_claim": "scope",
                                                   "required_scope": (), "clock_skew_ms": 0}
