@@ -250,7 +250,8 @@ def unsecured_login_token(options: dict, now_ms: int) -> tuple[str, dict]:
     ``unsecuredLoginNumberClaim_<name>`` and ``unsecuredLoginListClaim_<name>`` (its
     first character the separator) claims, ``unsecuredLoginLifetimeSeconds`` (3600), and
     ``unsecuredLoginExtension_<name>`` extensions. Returns (JWT, extensions); the
-    principal claim (``sub``, or ``unsecuredLoginPrincipalClaimName``) is required. Raises ValueError naming a bad option."""
+    principal claim (``sub``, or ``unsecuredLoginPrincipalClaimName``) is required.
+    Raises ValueError naming a bad option."""
     claims: dict = {}
     extensions = {}
     for key, value in options.items():
@@ -262,7 +263,8 @@ def unsecured_login_token(options: dict, now_ms: int) -> tuple[str, dict]:
             except ValueError:
                 raise ValueError(f"{key}={value!r} is not a number") from None
         elif key.startswith("unsecuredLoginListClaim_"):
-            claims[key[len("unsecuredLoginListClaim_"):]] = [v for v in value[1:].split(value[:1]) if v] if value else []
+            separator, rest = value[:1], value[1:]
+            claims[key[len("unsecuredLoginListClaim_"):]] = [v for v in rest.split(separator) if v] if value else []
         elif key.startswith("unsecuredLoginExtension_"):
             extensions[key[len("unsecuredLoginExtension_"):]] = value
     principal_claim = options.get("unsecuredLoginPrincipalClaimName", "").strip() or "sub"
