@@ -531,10 +531,6 @@ class LogManager:
         """The name of the topic with this id, None when no topic has it."""
         return self._topics.by_id.get(topic_id)
 
-    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
-        """Every topic's name by its id (a copy)."""
-        return dict(self._topics.by_id)
-
     def topics_version(self) -> int:
         """A number that changes whenever a topic is created, deleted, replaced or given
         more partitions: equal numbers mean the same topics with the same partition

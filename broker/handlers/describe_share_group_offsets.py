@@ -21,7 +21,7 @@ def handle(ctx, header, request, session=None):
     mgr = getattr(ctx, "share_partitions", None)
     lm = ctx.log_manager
     infos = lm.topics()
-    ids = lm.topic_names_by_id()
+    ids = lm.topic_names_view()
     out = []
     for g in request.groups:
         def group_error(code, message=None):

@@ -16,7 +16,7 @@ _OPS_UNSET = -(2**31)
 
 def handle(ctx, header, request, session=None):
     share = getattr(ctx, "share_groups", None)
-    names = ctx.log_manager.topic_names_by_id()
+    names = ctx.log_manager.topic_names_view()
     out = []
     for gid in request.group_ids:
         def failed(code, message=None):
