@@ -218,6 +218,9 @@ class LogManager:
         # called when create_topic(defer=True) leaves partitions for load_pending (the
         # broker wakes its background loader)
         self.on_deferred: list[Callable[[], None]] = []
+        # partition logs opened or made since start, deleted ones included (a count that
+        # only grows: what the broker's heap has gained, for broker.server.settle_heap)
+        self.logs_opened = 0
         self._load_started: float | None = None  # perf_counter at start-up while some are deferred
         self._generation = 0
         self._started = False
@@ -383,6 +386,7 @@ class LogManager:
     def _adopt(self, log: Log) -> None:
         """What the manager does for each log it opens or makes: hears of its background
         work from now on, and looks at it once in the next periodic passes."""
+        self.logs_opened += 1
         log.on_background = self._background.add
         self._background.add(log)
 

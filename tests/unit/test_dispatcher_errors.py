@@ -104,38 +104,6 @@ def test_a_failing_acks_0_produce_closes_the_connection(broker):
         assert conn.wait_closed(10)
 
 
-def test_settle_heap_moves_what_exists_and_later_garbage_is_still_collected():
-    """broker.server.settle_heap (the broker process calls it once loaded): every object
-    tracked then is out of the cyclic collector's reach; a cycle made later is collected
-    as before."""
-    import gc
-    import weakref
-
-    from broker.server import settle_heap
-
-    class Node:
-        pass
-
-    before = Node()
-    before.self = before
-    early = weakref.ref(before)
-    try:
-        assert settle_heap() > 0
-        del before
-        gc.collect()
-        assert early() is not None  # frozen: a full collection does not walk it
-        later = Node()
-        later.self = later
-        late = weakref.ref(later)
-        del later
-        gc.collect()
-        assert late() is None
-    finally:
-        gc.unfreeze()  # this test process as it was
-        gc.collect()
-    assert early() is None
-
-
 def test_a_parked_fetch_whose_read_fails_answers_unknown_server_error(plain_broker, monkeypatch, caplog):
     """A parked Fetch is answered through its future: a read that raises once it is woken
     is answered UNKNOWN_SERVER_ERROR, as a failing handler is, and the connection serves on."""

@@ -1,0 +1,121 @@
+"""The broker process's heap settling (broker.server.settle_heap, gc.freeze): what the
+broker is made of goes out of the cyclic collector's reach once it has started and
+loaded its partitions, and again whenever SETTLE_AGAIN_AFTER more partitions have been
+made, so that no full collection walks every partition's objects on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from broker import server as server_mod
+from broker.server import BrokerServer
+from config import load_broker_config
+from tests.integration.helpers import create_topic
+
+
+def _start(tmp_path, settle: bool, holder: list | None = None):
+    cfg = load_broker_config(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=0"],
+                             env={}, warn=False)
+    server = BrokerServer(cfg, settle_heap=settle)
+    if holder is not None:
+        holder.append(server)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start())
+        started.set()
+        loop.run_forever()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert started.wait(30)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    def stop():
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+    return server, f"127.0.0.1:{port}", stop
+
+
+def _wait(cond, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_the_heap_is_settled_once_started_and_again_as_a_large_topic_is_made(tmp_path, monkeypatch):
+    """Settled at start; a topic of 200 partitions, made in the background, settles it
+    again each time 50 more have been made (SETTLE_AGAIN_AFTER here), not for every
+    slice; a topic of a few partitions does not."""
+    settled = []  # LogManager.logs_opened at each settle (the test process's own heap stays as it is)
+    monkeypatch.setattr(server_mod, "SETTLE_AGAIN_AFTER", 50)
+    holder = []
+    monkeypatch.setattr(server_mod, "settle_heap", lambda: settled.append(holder[0].log_manager.logs_opened) or 0)
+    server, bootstrap, stop = _start(tmp_path, settle=True, holder=holder)
+    try:
+        _wait(lambda: settled == [0], "not settled once started")
+        create_topic(bootstrap, "large", partitions=200)
+        _wait(lambda: server.log_manager.logs_opened >= 200 and server._settled_logs >= 150,
+              "the large topic's partitions were not settled while made")
+        assert len(settled) >= 4, settled
+        assert all(b - a >= 50 for a, b in zip(settled, settled[1:])), settled  # not for every slice
+        assert server.log_manager.logs_opened - settled[-1] < 50
+        before = list(settled)
+        create_topic(bootstrap, "small", partitions=3)
+        time.sleep(0.3)
+        assert settled == before
+    finally:
+        stop()
+
+
+def test_an_in_process_broker_leaves_its_process_heap_alone(tmp_path, monkeypatch):
+    """Tests run brokers in their own process: those do not freeze it."""
+    calls = []
+    monkeypatch.setattr(server_mod, "settle_heap", lambda: calls.append(1) or 0)
+    monkeypatch.setattr(server_mod, "SETTLE_AGAIN_AFTER", 50)
+    server, bootstrap, stop = _start(tmp_path, settle=False)
+    try:
+        create_topic(bootstrap, "large", partitions=100)
+        _wait(lambda: server.log_manager.logs_opened >= 100, "the large topic was not made")
+        time.sleep(0.2)
+        assert calls == []
+    finally:
+        stop()
+
+
+def test_settle_heap_moves_what_exists_and_later_garbage_is_still_collected():
+    """broker.server.settle_heap (the broker process calls it once loaded): every object
+    tracked then is out of the cyclic collector's reach; a cycle made later is collected
+    as before."""
+    import gc
+    import weakref
+
+    from broker.server import settle_heap
+
+    class Node:
+        pass
+
+    before = Node()
+    before.self = before
+    early = weakref.ref(before)
+    try:
+        assert settle_heap() > 0
+        del before
+        gc.collect()
+        assert early() is not None  # frozen: a full collection does not walk it
+        later = Node()
+        later.self = later
+        late = weakref.ref(later)
+        del later
+        gc.collect()
+        assert late() is None
+    finally:
+        gc.unfreeze()  # this test process as it was
+        gc.collect()
+    assert early() is None
