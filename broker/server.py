@@ -410,10 +410,10 @@ class BrokerServer:
         while True:
             more.clear()
             while lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):
-                if self._settled_logs is not None:  # a large topic being made
+                if self._settled_logs is not None:  # a large topic being made (not start-up's load)
                     self._settle_if_grown()
                 await asyncio.sleep(0)
-            self._settle_if_grown()  # the first time: started and loaded
+            self._settle_if_grown()  # at the first drain: started and every partition loaded
             await more.wait()
 
     def _settle_if_grown(self) -> None:
@@ -567,8 +567,8 @@ def settle_heap() -> int:
     serving producers (plain, idempotent, transactional), consumers of both group
     protocols, share consumers and commits left no cyclic garbage of theirs (only the json
     module's encoder closures, a few dozen objects per file written), so those are freed
-    by reference counting as well; what can be kept is the cyclic garbage of that one moment, bounded, at most
-    once per SETTLE_AGAIN_AFTER partitions made."""
+    by reference counting as well. What can be kept is the cyclic garbage of that one
+    moment: bounded, at most once per SETTLE_AGAIN_AFTER partitions made."""
     gc.collect(1)
     before = gc.get_freeze_count()
     gc.freeze()

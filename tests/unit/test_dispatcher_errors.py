@@ -13,11 +13,10 @@ import threading
 import pytest
 
 from broker import dispatcher
-from broker.server import BrokerServer
-from config import load_broker_config
 from protocol import codec
 from protocol.messages import ApiVersionsRequest, ListGroupsRequest, MetadataRequest, ProduceRequest, RequestHeader
 from tests.integration.helpers import RawConn
+from tests.unit.inprocess_broker import in_process_broker
 
 UNKNOWN = -1
 
@@ -32,28 +31,9 @@ async def async_boom(*_a, **_kw):
 
 
 def _serve(tmp_path, with_server=False):
-    """A real broker in this process (a thread runs its loop): yields its port (and the
-    server, with ``with_server``)."""
-    cfg = load_broker_config(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=0"],
-                             env={}, warn=False)
-    server = BrokerServer(cfg)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def run():
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        started.set()
-        loop.run_forever()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    assert started.wait(30)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield (port, server) if with_server else port
-    asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(10)
+    """A real broker in this process: yields its port (and the server, with ``with_server``)."""
+    with in_process_broker(tmp_path) as (server, port):
+        yield (port, server) if with_server else port
 
 
 @pytest.fixture

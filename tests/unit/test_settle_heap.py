@@ -5,41 +5,11 @@ made, so that no full collection walks every partition's objects on the event lo
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 from broker import server as server_mod
-from broker.server import BrokerServer
-from config import load_broker_config
 from tests.integration.helpers import create_topic
-
-
-def _start(tmp_path, settle: bool, holder: list | None = None):
-    cfg = load_broker_config(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "metrics.port=0"],
-                             env={}, warn=False)
-    server = BrokerServer(cfg, settle_heap=settle)
-    if holder is not None:
-        holder.append(server)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def run():
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start())
-        started.set()
-        loop.run_forever()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    assert started.wait(30)
-    port = server.servers[0].sockets[0].getsockname()[1]
-
-    def stop():
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(10)
-    return server, f"127.0.0.1:{port}", stop
+from tests.unit.inprocess_broker import in_process_broker
 
 
 def _wait(cond, what, timeout=60):
@@ -57,8 +27,8 @@ def test_the_heap_is_settled_once_started_and_again_as_a_large_topic_is_made(tmp
     monkeypatch.setattr(server_mod, "SETTLE_AGAIN_AFTER", 50)
     holder = []
     monkeypatch.setattr(server_mod, "settle_heap", lambda: settled.append(holder[0].log_manager.logs_opened) or 0)
-    server, bootstrap, stop = _start(tmp_path, settle=True, holder=holder)
-    try:
+    with in_process_broker(tmp_path, settle_heap=True, before_start=holder.append) as (server, port):
+        bootstrap = f"127.0.0.1:{port}"
         _wait(lambda: settled == [0], "not settled once started")
         create_topic(bootstrap, "large", partitions=200)
         _wait(lambda: server.log_manager.logs_opened >= 200 and server._settled_logs >= 150,
@@ -70,8 +40,6 @@ def test_the_heap_is_settled_once_started_and_again_as_a_large_topic_is_made(tmp
         create_topic(bootstrap, "small", partitions=3)
         time.sleep(0.3)
         assert settled == before
-    finally:
-        stop()
 
 
 def test_an_in_process_broker_leaves_its_process_heap_alone(tmp_path, monkeypatch):
@@ -79,18 +47,16 @@ def test_an_in_process_broker_leaves_its_process_heap_alone(tmp_path, monkeypatc
     calls = []
     monkeypatch.setattr(server_mod, "settle_heap", lambda: calls.append(1) or 0)
     monkeypatch.setattr(server_mod, "SETTLE_AGAIN_AFTER", 50)
-    server, bootstrap, stop = _start(tmp_path, settle=False)
-    try:
+    with in_process_broker(tmp_path) as (server, port):
+        bootstrap = f"127.0.0.1:{port}"
         create_topic(bootstrap, "large", partitions=100)
         _wait(lambda: server.log_manager.logs_opened >= 100, "the large topic was not made")
         time.sleep(0.2)
         assert calls == []
-    finally:
-        stop()
 
 
 def test_settle_heap_moves_what_exists_and_later_garbage_is_still_collected():
-    """broker.server.settle_heap (the broker process calls it once loaded): every object
+    """broker.server.settle_heap (the broker process calls it once loaded, then as it grows): every object
     tracked then is out of the cyclic collector's reach; a cycle made later is collected
     as before."""
     import gc
