@@ -403,10 +403,11 @@ class BrokerServer:
     async def _load_deferred_logs(self) -> None:
         """Load the partitions left for later (LogManager.startup(defer=True), and
         create_topic(defer=True) for a large topic), a slice per loop turn while there are
-        some; a request for one of them loads it at once (LogManager.get_log)."""
+        some; a request for one of them loads it at once (LogManager.get_log). Woken by
+        every addition of partitions, it also settles the heap as it grows."""
         lm = self.log_manager
         more = asyncio.Event()
-        lm.on_deferred.append(more.set)
+        lm.on_new_partitions.append(more.set)
         while True:
             more.clear()
             while lm.load_pending(_DEFERRED_LOAD_SLICE, _DEFERRED_LOAD_BUDGET_S):

@@ -215,9 +215,10 @@ class LogManager:
         # the logs that may have background work (Log.on_background): what flush_due and
         # delete_due_files visit, instead of every log; a log leaves once it has none
         self._background: set[Log] = set()
-        # called when create_topic(defer=True) leaves partitions for load_pending (the
-        # broker wakes its background loader)
-        self.on_deferred: list[Callable[[], None]] = []
+        # called when partitions are added, made at once or left for load_pending
+        # (create_topic, create_partitions): the broker wakes its background loader, which
+        # makes deferred ones and settles its heap as it grows
+        self.on_new_partitions: list[Callable[[], None]] = []
         # partition logs opened or made since start, deleted ones included (a count that
         # only grows: what the broker's heap has gained, for broker.server.settle_heap)
         self.logs_opened = 0
@@ -584,8 +585,7 @@ class LogManager:
                 for p in range(partitions):
                     self._pending.pop((name, p), None)
                 raise
-            for callback in self.on_deferred:
-                callback()
+            self._partitions_added()
             return info
         topic_config = info.config
         created = []
@@ -614,7 +614,12 @@ class LogManager:
                 self._logs.pop((name, log.partition), None)
                 log.delete()
             raise
+        self._partitions_added()
         return info
+
+    def _partitions_added(self) -> None:
+        for callback in self.on_new_partitions:
+            callback()
 
     def delete_topic(self, name: str) -> None:
         info = self._topics.get(name)
@@ -1081,6 +1086,7 @@ class LogManager:
                 log.delete()
             raise
         logger.info("topic %s: partitions %d -> %d", name, current, new_total)
+        self._partitions_added()
         return info
 
     # ------------------------------------------------------------------ dynamic broker configs

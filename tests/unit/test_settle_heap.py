@@ -22,7 +22,7 @@ def _wait(cond, what, timeout=60):
 def test_the_heap_is_settled_once_started_and_again_as_a_large_topic_is_made(tmp_path, monkeypatch):
     """Settled at start; a topic of 200 partitions, made in the background, settles it
     again each time 50 more have been made (SETTLE_AGAIN_AFTER here), not for every
-    slice; a topic of a few partitions does not."""
+    slice; a topic of a few partitions does not, but 50 partitions of small topics do."""
     settled = []  # LogManager.logs_opened at each settle (the test process's own heap stays as it is)
     monkeypatch.setattr(server_mod, "SETTLE_AGAIN_AFTER", 50)
     holder = []
@@ -40,6 +40,11 @@ def test_the_heap_is_settled_once_started_and_again_as_a_large_topic_is_made(tmp
         create_topic(bootstrap, "small", partitions=3)
         time.sleep(0.3)
         assert settled == before
+        # many small topics, each made at once (not in the background), add up the same way
+        for i in range(20):
+            create_topic(bootstrap, f"small-{i}", partitions=3)
+        _wait(lambda: len(settled) == len(before) + 1, "60 partitions of small topics were not settled")
+        assert settled[-1] - before[-1] >= 50
 
 
 def test_an_in_process_broker_leaves_its_process_heap_alone(tmp_path, monkeypatch):
