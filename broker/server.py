@@ -554,9 +554,9 @@ async def watch_loop_lag(metrics, tick_s: float = 0.1, warn_s: float = 1.0) -> N
 def settle_heap() -> int:
     """Move every object the cyclic garbage collector tracks now out of its reach
     (``gc.freeze``), after a collection of the young generations; returns how many.
-    Called when the broker has started and its partitions are loaded, and again when a
-    large topic's partitions have been made in the background (SETTLE_AGAIN_AFTER): what
-    is there then is what the broker is made of (modules, schemas, codec plans, every
+    Called when the broker has started and its partitions are loaded, and again each
+    time SETTLE_AGAIN_AFTER more partitions have been opened or made (a large topic made
+    in the background, or many small ones): what is there then is what the broker is made of (modules, schemas, codec plans, every
     partition's log, segments and indexes) and lives until its topic is deleted. Without
     this, each full collection walked all of it on the event loop: 30-45 ms for a broker
     of a few partitions, 50-150 ms with 10,000 made at run time (measured), whenever
