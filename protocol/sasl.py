@@ -9,9 +9,12 @@
   ``r=nonce,s=salt,i=iterations``, client final ``c=biws,r=nonce,p=proof``, server final
   ``v=signature``. No channel binding (``p=`` GS2 flags are refused).
 
-A mechanism is an object with ``evaluate(token) -> bytes``, ``complete`` and
-``username``. Wrong credentials raise :class:`SaslAuthenticationError` (its message goes
-to the client as it is, so it never says whether the user exists); a malformed token
+A mechanism is an object with ``evaluate(token) -> bytes``, ``complete``,
+``username``, ``expires_ms`` (when the credential expires, wall clock, or None: the
+session ends with it, as Kafka's SaslServer's CREDENTIAL_LIFETIME_MS) and
+``failure_reason`` (why a credential was refused, for the log only, or None). Wrong
+credentials raise :class:`SaslAuthenticationError` (its message goes to the client as
+it is, so it never says whether the user exists); a malformed token
 raises :class:`SaslFormatError`. Credentials are looked up through a callable given by
 the broker (``lookup(user) -> secret or None``); nothing here touches files or sockets.
 
@@ -80,6 +83,8 @@ class PlainServer:
     """``lookup(user) -> password or None`` (the JAAS ``user_<name>`` entries)."""
 
     mechanism = "PLAIN"
+    expires_ms: Optional[int] = None  # a password does not expire
+    failure_reason: Optional[str] = None
 
     def __init__(self, lookup: Callable[[str], Optional[str]]) -> None:
         self._lookup = lookup
@@ -340,6 +345,9 @@ def _saslname_to_user(name: str) -> str:
 
 class ScramServer:
     """``lookup(user) -> ScramCredential or None``."""
+
+    expires_ms: Optional[int] = None  # a SCRAM credential does not expire (no delegation tokens)
+    failure_reason: Optional[str] = None
 
     def __init__(self, mechanism: str, lookup: Callable[[str], Optional[ScramCredential]]) -> None:
         if mechanism not in HASHES:

@@ -198,7 +198,7 @@ class Authenticator:
         try:
             token = session.server.evaluate(request.auth_bytes)
         except SaslAuthenticationError as exc:
-            why = getattr(session.server, "failure_reason", None)  # a refused OAUTHBEARER token's reason
+            why = session.server.failure_reason  # e.g. a refused OAUTHBEARER token's reason
             return self._auth_failed(conn, header, str(exc), f"{exc} ({why})" if why else str(exc))
         except SaslFormatError as exc:
             message = ("Authentication failed during authentication due to invalid credentials with SASL "
@@ -235,7 +235,7 @@ class Authenticator:
         if session.reauthenticating and principal != session.principal:
             return "Cannot change principals during re-authentication from " + session.principal + ": " + principal
         first = not session.reauthenticating
-        credential_expires_ms = getattr(session.server, "expires_ms", None)  # an OAUTHBEARER token's exp
+        credential_expires_ms = session.server.expires_ms  # e.g. an OAUTHBEARER token's exp
         session.principal = principal
         session.user = session.server.username
         session.state = COMPLETE
