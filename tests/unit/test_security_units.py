@@ -123,7 +123,7 @@ def test_stored_credential_matches_salted_password():
     assert credential_from_salted("SCRAM-SHA-512", salted, salt, 4096) == scram_credential("SCRAM-SHA-512", "pw", 4096, salt)
 
 
-# ---------------------------------------------------------------------- TLS names
+# ---------------------------------------------------------------------- OAUTHBEARER
 
 def _jwt(claims, header=None, signature=""):
     import json
@@ -230,6 +230,8 @@ def test_oauthbearer_jaas_options():
         with pytest.raises(ConfigError, match="unsecuredValidatorAllowableClockSkewMs"):
             oauth_validator_options("p", text.replace('"3000"', f'"{skew}"'))
 
+
+# ---------------------------------------------------------------------- TLS names
 
 def test_subject_dn_is_rfc2253_most_specific_first():
     cert = {"subject": ((("countryName", "US"),), (("organizationName", "Example, Inc"),),
