@@ -556,8 +556,9 @@ def settle_heap() -> int:
     (``gc.freeze``), after a collection of the young generations; returns how many.
     Called when the broker has started and its partitions are loaded, and again each
     time SETTLE_AGAIN_AFTER more partitions have been opened or made (a large topic made
-    in the background, or many small ones): what is there then is what the broker is made of (modules, schemas, codec plans, every
-    partition's log, segments and indexes) and lives until its topic is deleted. Without
+    in the background, or many small ones): what is there then is what the broker is
+    made of (modules, schemas, codec plans, every partition's log, segments and indexes)
+    and lives until its topic is deleted. Without
     this, each full collection walked all of it on the event loop: 30-45 ms for a broker
     of a few partitions, 50-150 ms with 10,000 made at run time (measured), whenever
     enough objects had outlived the younger generations. Objects made later are
